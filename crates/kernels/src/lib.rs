@@ -1,0 +1,16 @@
+//! Tensors, weight formats and CPU kernels for vllm.rs.
+//!
+//! Every kernel has a scalar reference; optimized tiers are picked once at start-up
+//! ([`isa::tier`]) and tested against it on random data.
+
+pub mod attention;
+pub mod ggml;
+pub mod isa;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+pub mod testing;
+pub mod weight;
+
+pub use ggml::GgmlType;
+pub use weight::{Storage, Weight};

@@ -1,0 +1,246 @@
+//! A persistent thread pool for data-parallel kernels.
+//!
+//! One decode step runs hundreds of small parallel regions, so the cost that matters is the
+//! latency of starting and joining one, not throughput. Workers spin on an epoch counter for a
+//! while after each job (so back-to-back kernels start in well under a microsecond), then sleep on
+//! a condition variable. The calling thread takes part in the work. Tasks are claimed from an
+//! atomic counter; which thread runs a task never changes its result.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+type Job = dyn Fn(usize) + Sync;
+
+struct Shared {
+    /// Incremented to publish a job; odd/even carries no meaning.
+    epoch: AtomicU64,
+    /// The current job, lifetime-erased. Only read between publish and the final check-in.
+    job: AtomicUsize,
+    job_meta: AtomicUsize,
+    n_tasks: AtomicUsize,
+    next_task: AtomicUsize,
+    checked_in: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicUsize,
+}
+
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    run_lock: Mutex<()>,
+}
+
+thread_local! {
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How long an idle worker spins before it sleeps.
+const SPIN: Duration = Duration::from_millis(2);
+
+impl ThreadPool {
+    /// A pool where `n_threads` threads (the caller included) share each job.
+    pub fn new(n_threads: usize) -> Self {
+        let shared = Arc::new(Shared {
+            epoch: AtomicU64::new(0),
+            job: AtomicUsize::new(0),
+            job_meta: AtomicUsize::new(0),
+            n_tasks: AtomicUsize::new(0),
+            next_task: AtomicUsize::new(0),
+            checked_in: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicUsize::new(0),
+        });
+        let workers = (1..n_threads.max(1))
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("vllm-rs-worker-{i}"))
+                    .spawn(move || worker_loop(&s))
+                    .expect("spawn worker thread")
+            })
+            .collect();
+        ThreadPool { shared, workers, run_lock: Mutex::new(()) }
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f(0..n_tasks)` across the pool and returns when every task has finished.
+    pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync + '_)) {
+        if n_tasks == 0 {
+            return;
+        }
+        if n_tasks == 1 || self.workers.is_empty() || IN_POOL.with(|c| c.get()) {
+            (0..n_tasks).for_each(f);
+            return;
+        }
+        let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        // SAFETY: the fat pointer is split into two words and only dereferenced by workers
+        // before they check in; we wait for every check-in before returning, so `f` outlives it.
+        let raw: *const (dyn Fn(usize) + Sync + '_) = f;
+        let (data, meta): (usize, usize) = unsafe { std::mem::transmute(raw) };
+        s.job.store(data, Ordering::Relaxed);
+        s.job_meta.store(meta, Ordering::Relaxed);
+        s.n_tasks.store(n_tasks, Ordering::Relaxed);
+        s.next_task.store(0, Ordering::Relaxed);
+        s.checked_in.store(0, Ordering::Relaxed);
+        s.epoch.fetch_add(1, Ordering::Release);
+        {
+            let _l = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        IN_POOL.with(|c| c.set(true));
+        run_tasks(s, f);
+        IN_POOL.with(|c| c.set(false));
+        let n_workers = self.workers.len();
+        while s.checked_in.load(Ordering::Acquire) < n_workers {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync + '_)) {
+    let n = s.n_tasks.load(Ordering::Relaxed);
+    loop {
+        let t = s.next_task.fetch_add(1, Ordering::Relaxed);
+        if t >= n {
+            break;
+        }
+        f(t);
+    }
+}
+
+fn worker_loop(s: &Shared) {
+    IN_POOL.with(|c| c.set(true));
+    let mut seen = 0u64;
+    loop {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if s.shutdown.load(Ordering::Relaxed) != 0 {
+                return;
+            }
+            if s.epoch.load(Ordering::Acquire) != seen {
+                break;
+            }
+            spins += 1;
+            if spins % 1024 == 0 && start.elapsed() > SPIN {
+                let guard = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+                if s.epoch.load(Ordering::Acquire) == seen && s.shutdown.load(Ordering::Relaxed) == 0 {
+                    drop(s.wake.wait_timeout(guard, Duration::from_millis(100)));
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        seen = s.epoch.load(Ordering::Acquire);
+        let data = s.job.load(Ordering::Relaxed);
+        let meta = s.job_meta.load(Ordering::Relaxed);
+        // SAFETY: reassembles the pointer published by `run`, which stays valid until we check in.
+        let f: &Job = unsafe { &*std::mem::transmute::<(usize, usize), *const Job>((data, meta)) };
+        run_tasks(s, f);
+        s.checked_in.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(1, Ordering::Relaxed);
+        {
+            let _l = self.shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+static POOL: OnceLock<ThreadPool> = OnceLock::new();
+
+/// Sets the global pool size; must be called before the first kernel runs. Returns false if the
+/// pool already exists with another size.
+pub fn init_global(n_threads: usize) -> bool {
+    POOL.get_or_init(|| ThreadPool::new(n_threads)).n_threads() == n_threads
+}
+
+/// The global pool: `VLLM_RS_THREADS` threads, else one per physical core.
+pub fn global() -> &'static ThreadPool {
+    POOL.get_or_init(|| {
+        let n = std::env::var("VLLM_RS_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or_else(physical_cores);
+        ThreadPool::new(n)
+    })
+}
+
+/// Number of physical cores (SMT siblings counted once); falls back to logical CPUs.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    #[cfg(target_os = "linux")]
+    {
+        let mut cores = std::collections::HashSet::new();
+        for cpu in 0..logical.max(1) * 4 {
+            let p = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
+            let core = std::fs::read_to_string(format!("{p}/core_id"));
+            let pkg = std::fs::read_to_string(format!("{p}/physical_package_id"));
+            if let (Ok(c), Ok(k)) = (core, pkg) {
+                cores.insert((k.trim().to_string(), c.trim().to_string()));
+            }
+        }
+        if !cores.is_empty() {
+            return cores.len().min(logical);
+        }
+    }
+    logical
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn runs_every_task_exactly_once() {
+        let pool = ThreadPool::new(3);
+        for n in [1usize, 2, 7, 100] {
+            let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            pool.run(n, &|t| {
+                hits[t].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    #[test]
+    fn nested_runs_serially_without_deadlock() {
+        let pool = ThreadPool::new(2);
+        let total = AtomicU32::new(0);
+        pool.run(4, &|_| {
+            pool.run(3, &|_| {
+                total.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 12);
+    }
+
+    #[test]
+    fn survives_idle_sleep() {
+        let pool = ThreadPool::new(2);
+        std::thread::sleep(SPIN * 3);
+        let total = AtomicU32::new(0);
+        pool.run(8, &|_| {
+            total.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 8);
+    }
+}

@@ -1,0 +1,23 @@
+//! The flat batch one forward pass runs: every scheduled token of every request, side by side.
+
+pub use vllm_rs_kernels::attention::SeqAttention;
+
+/// Inputs of one model step, in vLLM's vocabulary.
+pub struct ForwardBatch<'a> {
+    /// One token id per row.
+    pub input_ids: &'a [u32],
+    /// Position of each row's token in its request.
+    pub positions: &'a [u32],
+    /// Cache slot (`block * block_size + offset`) each row's K/V is written to.
+    pub slot_mapping: &'a [usize],
+    /// Per request: its rows (`query_start_loc`), `seq_lens` and block table.
+    pub seqs: Vec<SeqAttention<'a>>,
+    /// Rows whose logits are wanted (usually each request's last row).
+    pub logits_indices: &'a [usize],
+}
+
+impl ForwardBatch<'_> {
+    pub fn num_tokens(&self) -> usize {
+        self.input_ids.len()
+    }
+}

@@ -1,0 +1,153 @@
+//! Model configuration as Hugging Face's `config.json` spells it.
+//!
+//! GGUF metadata is translated into the same JSON shape ([`config_from_gguf`]), so each
+//! architecture parses one format. Fields every architecture shares live in [`CommonConfig`];
+//! the rest each architecture reads from the JSON itself.
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// Fields shared by the decoder-only architectures we support.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CommonConfig {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    pub vocab_size: usize,
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f32,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f32,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub rope_scaling: Option<Value>,
+}
+
+fn default_max_pos() -> usize {
+    2048
+}
+fn default_rope_theta() -> f32 {
+    10000.0
+}
+
+impl CommonConfig {
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    /// Rejects shapes the kernels cannot run, with a message naming the field.
+    pub fn validate(&self) -> Result<()> {
+        let kv = self.num_kv_heads();
+        if self.num_attention_heads == 0 || kv == 0 || self.num_attention_heads % kv != 0 {
+            return Err(Error::msg(format!(
+                "config: num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({kv})",
+                self.num_attention_heads
+            )));
+        }
+        if self.head_dim() % 2 != 0 {
+            return Err(Error::msg(format!("config: head_dim {} must be even for rotary embeddings", self.head_dim())));
+        }
+        if self.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
+            let t = self.rope_scaling.as_ref().and_then(|v| v.get("rope_type").or(v.get("type")));
+            return Err(Error::msg(format!("config: rope_scaling {t:?} is not supported yet")));
+        }
+        Ok(())
+    }
+}
+
+/// Reads `config.json` from a model directory.
+pub fn read_config(dir: &Path) -> Result<Value> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, format!("cannot read: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("bad JSON: {e}")))
+}
+
+/// The HF class name in a config (`architectures[0]`).
+pub fn architecture(config: &Value) -> Result<String> {
+    config
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .and_then(|a| a.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| Error::msg("config.json has no \"architectures\" list"))
+}
+
+/// HF class name for a GGUF `general.architecture`.
+pub fn hf_class_for_gguf(arch: &str) -> Option<&'static str> {
+    Some(match arch {
+        "llama" => "LlamaForCausalLM",
+        "qwen2" => "Qwen2ForCausalLM",
+        "qwen3" => "Qwen3ForCausalLM",
+        "gemma3" => "Gemma3ForCausalLM",
+        _ => return None,
+    })
+}
+
+/// Builds an HF-style config from GGUF metadata (the inverse of llama.cpp's converter).
+pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
+    let arch = g.architecture()?;
+    let class = hf_class_for_gguf(arch).ok_or_else(|| {
+        Error::file(
+            &g.path,
+            format!("GGUF architecture {arch:?} is not supported (supported: llama, qwen2, qwen3, gemma3)"),
+        )
+    })?;
+    let key = |k: &str| format!("{arch}.{k}");
+    let req = |k: &str| g.require_u64(&key(k)).map(|v| v as usize);
+    let hidden = req("embedding_length")?;
+    let heads = req("attention.head_count")?;
+    let kv_heads = g.get_u64(&key("attention.head_count_kv")).map(|v| v as usize).unwrap_or(heads);
+    let head_dim = g.get_u64(&key("attention.key_length")).map(|v| v as usize).unwrap_or(hidden / heads.max(1));
+    let vocab = match g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+        Some(t) => t.len(),
+        None => req("vocab_size")?,
+    };
+    let eps = g
+        .get_f64(&key("attention.layer_norm_rms_epsilon"))
+        .ok_or_else(|| Error::file(&g.path, format!("metadata key {} is missing", key("attention.layer_norm_rms_epsilon"))))?;
+    let layers = req("block_count")?;
+    let mut c = json!({
+        "architectures": [class],
+        "hidden_size": hidden,
+        "intermediate_size": req("feed_forward_length")?,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "max_position_embeddings": g.get_u64(&key("context_length")).unwrap_or(2048),
+        "rms_norm_eps": eps,
+        "rope_theta": g.get_f64(&key("rope.freq_base")).unwrap_or(10000.0),
+        "tie_word_embeddings": !g.tensors.contains_key("output.weight"),
+        "bos_token_id": g.get_u64("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": g.get_u64("tokenizer.ggml.eos_token_id"),
+    });
+    if let Some(t) = g.get_str(&key("rope.scaling.type")).filter(|t| *t != "none") {
+        c["rope_scaling"] = json!({"rope_type": t, "factor": g.get_f64(&key("rope.scaling.factor"))});
+    }
+    if arch == "gemma3" {
+        // Not stored in the GGUF; llama.cpp hard-codes them for gemma3 as well.
+        let layer_types: Vec<&str> =
+            (0..layers).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect();
+        c["sliding_window"] = json!(g.get_u64(&key("attention.sliding_window")));
+        c["layer_types"] = json!(layer_types);
+        c["rope_local_base_freq"] = json!(10000.0);
+        c["query_pre_attn_scalar"] = json!(head_dim);
+        c["hidden_activation"] = json!("gelu_pytorch_tanh");
+    }
+    Ok(c)
+}

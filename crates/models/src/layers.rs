@@ -1,0 +1,172 @@
+//! Building blocks shared by the architectures: linear, RMSNorm, embedding, rotary tables,
+//! attention over the paged cache, gated MLP.
+
+use crate::batch::ForwardBatch;
+use crate::checkpoint::Checkpoint;
+use crate::error::Result;
+use vllm_rs_kernels::attention::{AttentionParams, KvCache, paged_attention};
+use vllm_rs_kernels::matmul::matmul;
+use vllm_rs_kernels::ops::{self, RopeTable};
+use vllm_rs_kernels::{Weight, ggml};
+
+/// `y = x Wᵀ (+ b)` over any weight format.
+pub struct Linear {
+    pub weight: Weight,
+    pub bias: Option<Vec<f32>>,
+}
+
+impl Linear {
+    /// Loads `{prefix}.weight` (`out × in`) and, if `bias`, `{prefix}.bias`.
+    pub fn load(ck: &Checkpoint, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
+        let weight = ck.matrix(&format!("{prefix}.weight"), out, inp)?;
+        let bias = if bias { Some(ck.vector(&format!("{prefix}.bias"), out)?) } else { None };
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.weight.rows
+    }
+
+    /// `x` is `m × in`; returns `m × out`.
+    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let mut y = vec![0f32; m * self.weight.rows];
+        matmul(x, m, &self.weight, &mut y);
+        if let Some(b) = &self.bias {
+            for row in y.chunks_exact_mut(b.len()) {
+                ops::add_assign(row, b);
+            }
+        }
+        y
+    }
+}
+
+/// RMSNorm with weights `offset + w` (`offset` 1 for Gemma checkpoints that store `w`).
+pub struct RmsNorm {
+    pub weight: Vec<f32>,
+    pub eps: f32,
+    pub offset: f32,
+}
+
+impl RmsNorm {
+    pub fn load(ck: &Checkpoint, name: &str, dim: usize, eps: f32, offset: f32) -> Result<Self> {
+        Ok(RmsNorm { weight: ck.vector(&format!("{name}.weight"), dim)?, eps, offset })
+    }
+
+    /// Normalizes every `weight.len()`-sized row in place.
+    pub fn forward(&self, x: &mut [f32]) {
+        ops::rms_norm_rows(x, self.weight.len(), &self.weight, self.eps, self.offset);
+    }
+}
+
+/// Token embedding table (any weight format; rows are dequantized on lookup).
+pub struct Embedding {
+    pub weight: Weight,
+}
+
+impl Embedding {
+    /// `scale` multiplies every embedding (Gemma's `sqrt(hidden_size)`), 1 for none.
+    pub fn forward(&self, ids: &[u32], scale: f32) -> Vec<f32> {
+        let d = self.weight.cols;
+        let mut out = vec![0f32; ids.len() * d];
+        for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
+            ggml::dequantize(self.weight.ty, self.weight.row(id as usize), row);
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        out
+    }
+}
+
+/// Self-attention over the paged KV cache, with optional QKV bias and per-head q/k RMSNorm.
+pub struct Attention {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub o_proj: Linear,
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    pub params: AttentionParams,
+    /// Whether RoPE pairs are interleaved (GGUF llama Q/K layout).
+    pub rope_interleaved: bool,
+}
+
+impl Attention {
+    /// `x` is the normed hidden state (`tokens × hidden`); returns `tokens × hidden`.
+    pub fn forward(&self, x: &[f32], batch: &ForwardBatch, rope: &RopeTable, kv: &mut KvCache, layer: usize) -> Vec<f32> {
+        let n = batch.num_tokens();
+        let hd = self.params.head_dim;
+        let mut q = self.q_proj.forward(x, n);
+        let mut k = self.k_proj.forward(x, n);
+        let v = self.v_proj.forward(x, n);
+        if let Some(norm) = &self.q_norm {
+            norm.forward(&mut q);
+        }
+        if let Some(norm) = &self.k_norm {
+            norm.forward(&mut k);
+        }
+        let (qr, kr) = (self.params.num_heads * hd, self.params.num_kv_heads * hd);
+        for t in 0..n {
+            ops::rope(&mut q[t * qr..(t + 1) * qr], hd, rope, t, self.rope_interleaved);
+            ops::rope(&mut k[t * kr..(t + 1) * kr], hd, rope, t, self.rope_interleaved);
+        }
+        kv.write(layer, batch.slot_mapping, &k, &v);
+        let mut attn = vec![0f32; n * qr];
+        paged_attention(&q, &kv.layers[layer], kv.block_size, &batch.seqs, &self.params, &mut attn);
+        self.o_proj.forward(&attn, n)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    GeluTanh,
+}
+
+impl Activation {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "silu" | "swish" => Some(Activation::Silu),
+            "gelu_pytorch_tanh" | "gelu_tanh" => Some(Activation::GeluTanh),
+            _ => None,
+        }
+    }
+}
+
+/// `down(act(gate(x)) * up(x))`.
+pub struct GatedMlp {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+    pub act: Activation,
+}
+
+impl GatedMlp {
+    pub fn load(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize, act: Activation) -> Result<Self> {
+        Ok(GatedMlp {
+            gate_proj: Linear::load(ck, &format!("{prefix}.gate_proj"), inter, hidden, false)?,
+            up_proj: Linear::load(ck, &format!("{prefix}.up_proj"), inter, hidden, false)?,
+            down_proj: Linear::load(ck, &format!("{prefix}.down_proj"), hidden, inter, false)?,
+            act,
+        })
+    }
+
+    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let mut g = self.gate_proj.forward(x, m);
+        let u = self.up_proj.forward(x, m);
+        match self.act {
+            Activation::Silu => ops::silu_mul(&mut g, &u),
+            Activation::GeluTanh => ops::gelu_tanh_mul(&mut g, &u),
+        }
+        self.down_proj.forward(&g, m)
+    }
+}
+
+/// Gathers the rows of `hidden` that need logits.
+pub fn gather_rows(hidden: &[f32], dim: usize, rows: &[usize]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows.len() * dim);
+    for &r in rows {
+        out.extend_from_slice(&hidden[r * dim..(r + 1) * dim]);
+    }
+    out
+}

@@ -1,0 +1,53 @@
+//! Checkpoint loading, model configs, layers and the supported architectures.
+
+pub mod batch;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod gemma3;
+pub mod gguf;
+pub mod layers;
+pub mod llama;
+pub mod model;
+pub mod registry;
+
+pub use batch::ForwardBatch;
+pub use error::{Error, Result};
+pub use model::{Model, ModelInfo};
+
+use checkpoint::Checkpoint;
+use gguf::GgufFile;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A model ready to run, with the metadata the frontend needs (tokenizer, chat template).
+pub struct LoadedModel {
+    pub model: Box<dyn Model>,
+    /// `config.json`, or its translation from GGUF metadata.
+    pub config: Value,
+    /// The GGUF file, when loaded from one (its metadata holds the tokenizer).
+    pub gguf: Option<Arc<GgufFile>>,
+}
+
+/// Loads an HF model directory or a `.gguf` file.
+pub fn load(path: &Path) -> Result<LoadedModel> {
+    if path.is_dir() {
+        let config = config::read_config(path)?;
+        let arch = config::architecture(&config).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
+        // Check the architecture before touching weights, so the error is about what matters.
+        registry::check(&arch).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
+        let ck = Checkpoint::from_safetensors_dir(path)?;
+        let model = registry::build(&arch, &ck, &config)?;
+        Ok(LoadedModel { model, config, gguf: None })
+    } else if path.is_file() {
+        let g = Arc::new(GgufFile::open(path)?);
+        let config = config::config_from_gguf(&g)?;
+        let arch = config::architecture(&config)?;
+        let ck = Checkpoint::from_gguf(&g)?;
+        let model = registry::build(&arch, &ck, &config)?;
+        Ok(LoadedModel { model, config, gguf: Some(g) })
+    } else {
+        Err(Error::file(path, "no such file or directory"))
+    }
+}
