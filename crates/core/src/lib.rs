@@ -1,14 +1,13 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! vLLM's engine-core data structures, with no tensors, threads or I/O:
+//! requests, the block pool, prefix-cache hashing, the KV cache manager and the scheduler.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod block_hash;
+pub mod block_pool;
+pub mod kv_cache_manager;
+pub mod request;
+pub mod scheduler;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use block_pool::{BlockId, BlockPool};
+pub use kv_cache_manager::{KvCacheManager, PrefixCacheStats};
+pub use request::{FinishReason, Request, RequestStatus, StopParams};
+pub use scheduler::{RequestUpdate, ScheduledRequest, Scheduler, SchedulerConfig, SchedulerOutput, SchedulingPolicy};

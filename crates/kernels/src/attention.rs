@@ -152,6 +152,7 @@ mod tests {
     use crate::testing::rand_vec;
 
     /// Dense causal attention in f64 over contiguous K/V.
+    #[allow(clippy::too_many_arguments)]
     fn reference(
         q: &[f32],
         k: &[f32],

@@ -114,7 +114,7 @@ impl GgmlType {
 
     /// Bytes needed for `n` elements, or `None` if `n` is not a whole number of blocks.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
-        (n % self.block_size() == 0).then(|| n / self.block_size() * self.type_size())
+        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.type_size())
     }
 
     pub const ALL: [GgmlType; 13] = [

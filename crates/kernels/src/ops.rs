@@ -147,9 +147,9 @@ mod tests {
             rope(&mut y, 8, &table, 0, interleaved);
             assert_eq!(y, x, "position 0 is the identity");
             rope(&mut y, 8, &table, 1, interleaved);
-            for i in 0..4 {
+            for (i, &f) in inv.iter().enumerate() {
                 let (a, b) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + 4) };
-                let ang = 5.0 * inv[i] as f64;
+                let ang = 5.0 * f as f64;
                 let want_a = x[a] as f64 * ang.cos() - x[b] as f64 * ang.sin();
                 assert!((y[a] as f64 - want_a).abs() < 1e-6);
                 let n0 = x[a].hypot(x[b]);

@@ -131,7 +131,7 @@ fn worker_loop(s: &Shared) {
                 break;
             }
             spins += 1;
-            if spins % 1024 == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
                 let guard = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
                 if s.epoch.load(Ordering::Acquire) == seen && s.shutdown.load(Ordering::Relaxed) == 0 {
                     drop(s.wake.wait_timeout(guard, Duration::from_millis(100)));

@@ -44,9 +44,8 @@ impl Checkpoint {
         let arch = g.architecture()?;
         let mut tensors = HashMap::new();
         for name in g.tensors.keys() {
-            let hf = gguf_to_hf_name(arch, name).ok_or_else(|| {
-                Error::file(&g.path, format!("tensor {name} has no known Hugging Face equivalent"))
-            })?;
+            let hf = gguf_to_hf_name(arch, name)
+                .ok_or_else(|| Error::file(&g.path, format!("tensor {name} has no known Hugging Face equivalent")))?;
             let w = g.weight(name).expect("listed tensor");
             tensors.insert(hf, (w, g.path.clone()));
         }
@@ -104,8 +103,7 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
             .get("weight_map")
             .and_then(|m| m.as_object())
             .ok_or_else(|| Error::file(&index, "no weight_map object"))?;
-        let mut files: Vec<PathBuf> =
-            map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect::<Vec<_>>();
+        let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect::<Vec<_>>();
         files.sort();
         files.dedup();
         return Ok(files);
@@ -130,8 +128,8 @@ fn load_safetensors(path: &Path, out: &mut HashMap<String, (Weight, PathBuf)>) -
     let file = File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
     // SAFETY: read-only map of a file we do not modify.
     let mmap = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, format!("cannot map: {e}")))?);
-    let (header_len, meta) =
-        SafeTensors::read_metadata(&mmap).map_err(|e| Error::file(path, format!("not a valid safetensors file: {e}")))?;
+    let (header_len, meta) = SafeTensors::read_metadata(&mmap)
+        .map_err(|e| Error::file(path, format!("not a valid safetensors file: {e}")))?;
     let data_start = 8 + header_len;
     for (name, info) in meta.tensors() {
         let ty = match info.dtype {

@@ -52,13 +52,13 @@ impl CommonConfig {
     /// Rejects shapes the kernels cannot run, with a message naming the field.
     pub fn validate(&self) -> Result<()> {
         let kv = self.num_kv_heads();
-        if self.num_attention_heads == 0 || kv == 0 || self.num_attention_heads % kv != 0 {
+        if self.num_attention_heads == 0 || kv == 0 || !self.num_attention_heads.is_multiple_of(kv) {
             return Err(Error::msg(format!(
                 "config: num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({kv})",
                 self.num_attention_heads
             )));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(Error::msg(format!("config: head_dim {} must be even for rotary embeddings", self.head_dim())));
         }
         if self.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
@@ -116,9 +116,9 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
         Some(t) => t.len(),
         None => req("vocab_size")?,
     };
-    let eps = g
-        .get_f64(&key("attention.layer_norm_rms_epsilon"))
-        .ok_or_else(|| Error::file(&g.path, format!("metadata key {} is missing", key("attention.layer_norm_rms_epsilon"))))?;
+    let eps = g.get_f64(&key("attention.layer_norm_rms_epsilon")).ok_or_else(|| {
+        Error::file(&g.path, format!("metadata key {} is missing", key("attention.layer_norm_rms_epsilon")))
+    })?;
     let layers = req("block_count")?;
     let mut c = json!({
         "architectures": [class],

@@ -75,16 +75,16 @@ impl Gemma3Model {
         let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
         c.validate()?;
         let x: Gemma3Extra = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
-        let act = Activation::parse(&x.hidden_activation)
-            .filter(|a| *a == Activation::GeluTanh)
-            .ok_or_else(|| Error::msg(format!("config: hidden_activation {:?} is not supported", x.hidden_activation)))?;
+        let act = Activation::parse(&x.hidden_activation).filter(|a| *a == Activation::GeluTanh).ok_or_else(|| {
+            Error::msg(format!("config: hidden_activation {:?} is not supported", x.hidden_activation))
+        })?;
         let (hidden, hd, heads, kv_heads) = (c.hidden_size, c.head_dim(), c.num_attention_heads, c.num_kv_heads());
         let eps = c.rms_norm_eps;
         // GGUF stores Gemma norms as `1 + w` already.
         let offset = if ck.format == Format::Gguf { 0.0 } else { 1.0 };
         let sliding = |i: usize| match &x.layer_types {
             Some(t) => t.get(i).is_some_and(|t| t == "sliding_attention"),
-            None => (i + 1) % x.sliding_window_pattern != 0,
+            None => !(i + 1).is_multiple_of(x.sliding_window_pattern),
         };
         let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);

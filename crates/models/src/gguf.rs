@@ -233,11 +233,10 @@ impl GgufFile {
         let mut tensors = BTreeMap::new();
         for (name, dims, ty, offset) in infos {
             let n: u64 = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
-            let bytes = usize::try_from(n)
-                .ok()
-                .and_then(|n| ty.bytes_for(n))
-                .ok_or_else(|| Error::file(path, format!("tensor {name}: shape {dims:?} does not fit {}", ty.name())))?;
-            let start = data_start.checked_add(offset as usize).filter(|_| offset as usize % align == 0);
+            let bytes = usize::try_from(n).ok().and_then(|n| ty.bytes_for(n)).ok_or_else(|| {
+                Error::file(path, format!("tensor {name}: shape {dims:?} does not fit {}", ty.name()))
+            })?;
+            let start = data_start.checked_add(offset as usize).filter(|_| (offset as usize).is_multiple_of(align));
             let start = start.ok_or_else(|| Error::file(path, format!("tensor {name}: misaligned offset {offset}")))?;
             let end = start + bytes;
             if end > mmap.len() {

@@ -93,7 +93,14 @@ pub struct Attention {
 
 impl Attention {
     /// `x` is the normed hidden state (`tokens × hidden`); returns `tokens × hidden`.
-    pub fn forward(&self, x: &[f32], batch: &ForwardBatch, rope: &RopeTable, kv: &mut KvCache, layer: usize) -> Vec<f32> {
+    pub fn forward(
+        &self,
+        x: &[f32],
+        batch: &ForwardBatch,
+        rope: &RopeTable,
+        kv: &mut KvCache,
+        layer: usize,
+    ) -> Vec<f32> {
         let n = batch.num_tokens();
         let hd = self.params.head_dim;
         let mut q = self.q_proj.forward(x, n);

@@ -101,7 +101,13 @@ impl LlamaModel {
             layers.push(Layer {
                 input_layernorm: RmsNorm::load(ck, &format!("{p}.input_layernorm"), hidden, eps, 0.0)?,
                 self_attn,
-                post_attention_layernorm: RmsNorm::load(ck, &format!("{p}.post_attention_layernorm"), hidden, eps, 0.0)?,
+                post_attention_layernorm: RmsNorm::load(
+                    ck,
+                    &format!("{p}.post_attention_layernorm"),
+                    hidden,
+                    eps,
+                    0.0,
+                )?,
                 mlp: GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?,
             });
         }

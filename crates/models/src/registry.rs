@@ -16,7 +16,9 @@ const REGISTRY: &[(&str, Loader)] = &[
     ("Qwen2ForCausalLM", |ck, c| {
         Ok(Box::new(LlamaModel::load(ck, c, Variant { qkv_bias: true, ..Default::default() })?))
     }),
-    ("Qwen3ForCausalLM", |ck, c| Ok(Box::new(LlamaModel::load(ck, c, Variant { qk_norm: true, ..Default::default() })?))),
+    ("Qwen3ForCausalLM", |ck, c| {
+        Ok(Box::new(LlamaModel::load(ck, c, Variant { qk_norm: true, ..Default::default() })?))
+    }),
     ("Gemma3ForCausalLM", |ck, c| Ok(Box::new(Gemma3Model::load(ck, c)?))),
 ];
 
