@@ -73,7 +73,31 @@ impl CommonConfig {
 pub fn read_config(dir: &Path) -> Result<Value> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, format!("cannot read: {e}")))?;
-    serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("bad JSON: {e}")))
+    let mut config = serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("bad JSON: {e}")))?;
+    lift_rope_parameters(&mut config);
+    Ok(config)
+}
+
+/// transformers ≥ 5 writes `rope_parameters` (`{rope_theta, rope_type, …}`, or one such object
+/// per layer type for Gemma 3) instead of `rope_theta` / `rope_local_base_freq` / `rope_scaling`.
+/// Copies it into those older fields, which the architectures read; like transformers, the new
+/// field wins. A non-default `rope_type` becomes `rope_scaling`, which validation rejects.
+pub fn lift_rope_parameters(config: &mut Value) {
+    let Some(rp) = config.get("rope_parameters").filter(|v| v.is_object()).cloned() else { return };
+    let (global, local) = match (rp.get("full_attention"), rp.get("sliding_attention")) {
+        (None, None) => (Some(&rp), None),
+        (g, l) => (g, l),
+    };
+    for (params, theta_key) in [(global, "rope_theta"), (local, "rope_local_base_freq")] {
+        let Some(params) = params else { continue };
+        if let Some(theta) = params.get("rope_theta").filter(|t| t.is_number()) {
+            config[theta_key] = theta.clone();
+        }
+        let kind = params.get("rope_type").and_then(Value::as_str).unwrap_or("default");
+        if kind != "default" {
+            config["rope_scaling"] = params.clone();
+        }
+    }
 }
 
 /// The HF class name in a config (`architectures[0]`).

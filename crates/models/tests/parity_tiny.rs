@@ -1,0 +1,89 @@
+//! Architecture parity on tiny random-weight checkpoints made by transformers itself
+//! (`scripts/make_tiny_models.py`), against transformers' float32 greedy decoding
+//! (`scripts/make_goldens.py tiny`).
+//!
+//! For every golden prompt: our greedy ids must equal transformers', and the logits of the first
+//! and the last step must agree within [`REL_TOL`] of the largest |logit|. The goldens were chosen
+//! so the top-2 margin is ≥ 1% of the largest |logit| at every step, far above the tolerance.
+//! The prompt is prefilled whole, one token at a time, and in chunks of 3: chunking must not
+//! change a single bit (batch invariance). All prompts decoded side by side in one batch must
+//! give the same ids too.
+
+mod common;
+
+use common::{first_mismatch, floats, greedy, greedy_batch, ids, rel_max_diff};
+use vllm_rs_testutil::{golden, test_data};
+
+/// f32 with another summation order than PyTorch: ~1e-6 relative is typical; 1e-4 leaves room
+/// for accumulation over 3–4 layers while any real mistake (a wrong scale, norm offset, RoPE
+/// base, window) shows up as 1e-2 or more.
+const REL_TOL: f64 = 1e-4;
+
+fn check_arch(arch: &str, class: &str) {
+    let dir = test_data(&format!("data/tiny/{arch}"));
+    let g = golden(&format!("tiny/{arch}.json"));
+    assert_eq!(g["architecture"], class);
+    let lm = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lm.model.info().architecture, class);
+    let n_new = g["num_new_tokens"].as_u64().unwrap() as usize;
+    let cases = g["cases"].as_array().unwrap();
+    assert!(cases.len() >= 4, "{arch}: too few golden cases");
+    let mut prompts = vec![];
+    let mut wants = vec![];
+    let mut worst = 0f64;
+    for (i, case) in cases.iter().enumerate() {
+        let prompt = ids(&case["prompt_token_ids"]);
+        let want = ids(&case["token_ids"]);
+        assert_eq!(want.len(), n_new);
+        let whole = greedy(lm.model.as_ref(), &prompt, n_new, usize::MAX);
+        let what = format!("{arch} case {i} (prompt of {} tokens)", prompt.len());
+        assert_eq!(
+            whole.token_ids,
+            want,
+            "{what}: greedy ids differ from transformers at step {:?}",
+            first_mismatch(&whole.token_ids, &want)
+        );
+        for (name, ours) in [("first_logits", &whole.first_logits), ("final_logits", &whole.final_logits)] {
+            let d = rel_max_diff(ours, &floats(&case[name]));
+            worst = worst.max(d);
+            assert!(d <= REL_TOL, "{what}: {name} differ by {d:.2e} of the logit scale (tolerance {REL_TOL:.0e})");
+        }
+        for chunk in [1, 3] {
+            let r = greedy(lm.model.as_ref(), &prompt, n_new, chunk);
+            assert_eq!(r.token_ids, whole.token_ids, "{what}: prefill in chunks of {chunk} changed the ids");
+            assert!(
+                r.first_logits == whole.first_logits && r.final_logits == whole.final_logits,
+                "{what}: prefill in chunks of {chunk} changed the logits (max rel diff {:.2e}); results must be \
+                 bit-identical however the prompt is chunked",
+                rel_max_diff(&r.first_logits, &whole.first_logits)
+            );
+        }
+        prompts.push(prompt);
+        wants.push(want);
+    }
+    eprintln!("{arch}: {} cases match; worst logit difference {worst:.2e} of the logit scale", cases.len());
+    let batched = greedy_batch(lm.model.as_ref(), &prompts, n_new);
+    for (i, (got, want)) in batched.iter().zip(&wants).enumerate() {
+        assert_eq!(got, want, "{arch} case {i}: decoding all prompts in one batch changed the ids");
+    }
+}
+
+#[test]
+fn llama() {
+    check_arch("llama", "LlamaForCausalLM");
+}
+
+#[test]
+fn qwen2() {
+    check_arch("qwen2", "Qwen2ForCausalLM");
+}
+
+#[test]
+fn qwen3() {
+    check_arch("qwen3", "Qwen3ForCausalLM");
+}
+
+#[test]
+fn gemma3() {
+    check_arch("gemma3", "Gemma3ForCausalLM");
+}
