@@ -1,14 +1,17 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! The engine: scheduler + model runner + sampler, stepped on its own thread.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod engine_core;
+pub mod handle;
+pub mod runner;
+pub mod sampler;
+pub mod sampling_params;
+pub mod stats;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use engine_core::{
+    EngineConfig, EngineCore, EngineError, EngineRequest, FinalOutput, RequestOutput, kv_blocks_for_bytes,
+};
+pub use handle::{EngineHandle, RequestStream};
+pub use sampler::TokenLogprobs;
+pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
+pub use stats::EngineStats;
+pub use vllm_rs_core::{FinishReason, SchedulingPolicy};

@@ -4,7 +4,8 @@
 //! latency of starting and joining one, not throughput. Workers spin on an epoch counter for a
 //! while after each job (so back-to-back kernels start in well under a microsecond), then sleep on
 //! a condition variable. The calling thread takes part in the work. Tasks are claimed from an
-//! atomic counter; which thread runs a task never changes its result.
+//! atomic counter; which thread runs a task never changes its result. On a busy machine a worker
+//! that wakes late simply finds the job closed: the caller never waits for an idle worker.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -14,15 +15,24 @@ use std::time::{Duration, Instant};
 
 type Job = dyn Fn(usize) + Sync;
 
+/// `gate` packs the job epoch (high 32 bits), a "closed" flag and the number of workers
+/// currently inside the job. A worker may only enter (increment) while the epoch it saw is
+/// current and the gate is open, so once the caller closes the gate and sees zero inside, no
+/// worker can touch the job again — late or descheduled workers never hold the caller up.
+const CLOSED: u64 = 1 << 31;
+const ACTIVE_MASK: u64 = CLOSED - 1;
+
+fn epoch_of(g: u64) -> u64 {
+    g >> 32
+}
+
 struct Shared {
-    /// Incremented to publish a job; odd/even carries no meaning.
-    epoch: AtomicU64,
-    /// The current job, lifetime-erased. Only read between publish and the final check-in.
+    gate: AtomicU64,
+    /// The current job, lifetime-erased (fat pointer split in two words).
     job: AtomicUsize,
     job_meta: AtomicUsize,
     n_tasks: AtomicUsize,
     next_task: AtomicUsize,
-    checked_in: AtomicUsize,
     sleep_lock: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicUsize,
@@ -38,19 +48,18 @@ thread_local! {
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// How long an idle worker spins before it sleeps.
+/// How long an idle worker polls before it sleeps.
 const SPIN: Duration = Duration::from_millis(2);
 
 impl ThreadPool {
     /// A pool where `n_threads` threads (the caller included) share each job.
     pub fn new(n_threads: usize) -> Self {
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
+            gate: AtomicU64::new(CLOSED),
             job: AtomicUsize::new(0),
             job_meta: AtomicUsize::new(0),
             n_tasks: AtomicUsize::new(0),
             next_task: AtomicUsize::new(0),
-            checked_in: AtomicUsize::new(0),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicUsize::new(0),
@@ -82,16 +91,16 @@ impl ThreadPool {
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: the fat pointer is split into two words and only dereferenced by workers
-        // before they check in; we wait for every check-in before returning, so `f` outlives it.
+        // SAFETY: the pointer is only dereferenced by workers that entered the gate; we close the
+        // gate and wait for all of them to leave before returning, so `f` outlives every use.
         let raw: *const (dyn Fn(usize) + Sync + '_) = f;
         let (data, meta): (usize, usize) = unsafe { std::mem::transmute(raw) };
         s.job.store(data, Ordering::Relaxed);
         s.job_meta.store(meta, Ordering::Relaxed);
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.next_task.store(0, Ordering::Relaxed);
-        s.checked_in.store(0, Ordering::Relaxed);
-        s.epoch.fetch_add(1, Ordering::Release);
+        let epoch = epoch_of(s.gate.load(Ordering::Relaxed)) + 1;
+        s.gate.store(epoch << 32, Ordering::Release);
         {
             let _l = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -99,9 +108,15 @@ impl ThreadPool {
         IN_POOL.with(|c| c.set(true));
         run_tasks(s, f);
         IN_POOL.with(|c| c.set(false));
-        let n_workers = self.workers.len();
-        while s.checked_in.load(Ordering::Acquire) < n_workers {
-            std::hint::spin_loop();
+        s.gate.fetch_or(CLOSED, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while s.gate.load(Ordering::Acquire) & ACTIVE_MASK != 0 {
+            spins += 1;
+            if spins < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }
@@ -117,36 +132,55 @@ fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync + '_)) {
     }
 }
 
+/// Enters the job of epoch `e` if it is still open; returns whether we got in.
+fn enter(s: &Shared, e: u64) -> bool {
+    let mut g = s.gate.load(Ordering::Acquire);
+    loop {
+        if epoch_of(g) != e || g & CLOSED != 0 {
+            return false;
+        }
+        match s.gate.compare_exchange_weak(g, g + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(actual) => g = actual,
+        }
+    }
+}
+
 fn worker_loop(s: &Shared) {
     IN_POOL.with(|c| c.set(true));
     let mut seen = 0u64;
     loop {
         let start = Instant::now();
-        let mut spins = 0u32;
-        loop {
+        let mut polls = 0u32;
+        let e = loop {
             if s.shutdown.load(Ordering::Relaxed) != 0 {
                 return;
             }
-            if s.epoch.load(Ordering::Acquire) != seen {
-                break;
+            let g = s.gate.load(Ordering::Acquire);
+            if epoch_of(g) != seen {
+                break epoch_of(g);
             }
-            spins += 1;
-            if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
+            polls += 1;
+            if polls < 2048 {
+                std::hint::spin_loop();
+            } else if start.elapsed() < SPIN {
+                std::thread::yield_now();
+            } else {
                 let guard = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-                if s.epoch.load(Ordering::Acquire) == seen && s.shutdown.load(Ordering::Relaxed) == 0 {
+                if epoch_of(s.gate.load(Ordering::Acquire)) == seen && s.shutdown.load(Ordering::Relaxed) == 0 {
                     drop(s.wake.wait_timeout(guard, Duration::from_millis(100)));
                 }
-            } else {
-                std::hint::spin_loop();
             }
+        };
+        seen = e;
+        if enter(s, e) {
+            let data = s.job.load(Ordering::Relaxed);
+            let meta = s.job_meta.load(Ordering::Relaxed);
+            // SAFETY: we are inside the gate, so the caller is still waiting and `f` is alive.
+            let f: &Job = unsafe { &*std::mem::transmute::<(usize, usize), *const Job>((data, meta)) };
+            run_tasks(s, f);
+            s.gate.fetch_sub(1, Ordering::Release);
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        let data = s.job.load(Ordering::Relaxed);
-        let meta = s.job_meta.load(Ordering::Relaxed);
-        // SAFETY: reassembles the pointer published by `run`, which stays valid until we check in.
-        let f: &Job = unsafe { &*std::mem::transmute::<(usize, usize), *const Job>((data, meta)) };
-        run_tasks(s, f);
-        s.checked_in.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -1,0 +1,297 @@
+//! The engine core: scheduler + model runner, stepped by its owner (the engine thread, or a
+//! caller running an offline batch). No locks, no awaiting: one step is schedule → run → update.
+
+use crate::runner::ModelRunner;
+use crate::sampler::TokenLogprobs;
+use crate::sampling_params::{LogprobsMode, ParamError, SamplingParams};
+use crate::stats::EngineStats;
+use std::time::Instant;
+use thiserror::Error;
+use vllm_rs_core::{FinishReason, Request, Scheduler, SchedulerConfig, SchedulingPolicy, StopParams};
+use vllm_rs_kernels::attention::KvCache;
+use vllm_rs_models::Model;
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub block_size: usize,
+    pub num_blocks: usize,
+    pub max_model_len: usize,
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    pub enable_prefix_caching: bool,
+    pub enable_chunked_prefill: bool,
+    pub long_prefill_token_threshold: usize,
+    pub policy: SchedulingPolicy,
+    pub logprobs_mode: LogprobsMode,
+    /// The tokenizer's EOS.
+    pub eos_token_id: Option<u32>,
+    /// Extra EOS ids from generation_config.json: they stop generation unless `ignore_eos`.
+    pub generation_eos_ids: Vec<u32>,
+}
+
+impl EngineConfig {
+    /// Defaults as vLLM's, with `num_blocks` to be filled in by [`kv_blocks_for_bytes`].
+    pub fn new(max_model_len: usize, num_blocks: usize) -> Self {
+        EngineConfig {
+            block_size: 16,
+            num_blocks,
+            max_model_len,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 2048.max(max_model_len.min(8192)),
+            enable_prefix_caching: true,
+            enable_chunked_prefill: true,
+            long_prefill_token_threshold: 0,
+            policy: SchedulingPolicy::Fcfs,
+            logprobs_mode: LogprobsMode::RawLogprobs,
+            eos_token_id: None,
+            generation_eos_ids: Vec::new(),
+        }
+    }
+}
+
+/// Blocks that fit in `bytes` for this model (f32 K and V for every layer).
+pub fn kv_blocks_for_bytes(model: &dyn Model, block_size: usize, bytes: u64) -> usize {
+    let i = model.info();
+    let per_block = KvCache::bytes_per_block(i.num_layers, block_size, i.num_kv_heads, i.head_dim) as u64;
+    (bytes / per_block) as usize
+}
+
+/// A request as the engine takes it: token ids and sampling parameters.
+#[derive(Clone, Debug)]
+pub struct EngineRequest {
+    pub request_id: String,
+    pub prompt_token_ids: Vec<u32>,
+    pub params: SamplingParams,
+    /// Lower is served first under the priority policy.
+    pub priority: i32,
+    pub cache_salt: Option<String>,
+}
+
+/// New results of one request after a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestOutput {
+    pub request_id: String,
+    pub new_token_ids: Vec<u32>,
+    /// One entry per new token when `logprobs` was requested.
+    pub logprobs: Vec<TokenLogprobs>,
+    /// Sent once, with the first token, when `prompt_logprobs` was requested.
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
+    pub finish_reason: Option<FinishReason>,
+    /// The stop token that ended the request (not for EOS).
+    pub stop_token: Option<u32>,
+    pub num_prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub num_cached_tokens: usize,
+}
+
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum EngineError {
+    #[error(transparent)]
+    Param(#[from] ParamError),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+pub struct EngineCore {
+    pub config: EngineConfig,
+    pub scheduler: Scheduler,
+    pub runner: ModelRunner,
+    pub stats: EngineStats,
+}
+
+impl EngineCore {
+    pub fn new(model: Box<dyn Model>, config: EngineConfig) -> Result<Self, EngineError> {
+        let blocks_needed = config.max_model_len.div_ceil(config.block_size);
+        if config.num_blocks < blocks_needed {
+            return Err(EngineError::InvalidRequest(format!(
+                "the KV cache holds {} blocks of {} tokens ({} tokens), fewer than max_model_len = {}; \
+                 give it more memory (--kv-cache-memory) or lower --max-model-len",
+                config.num_blocks,
+                config.block_size,
+                config.num_blocks * config.block_size,
+                config.max_model_len
+            )));
+        }
+        let scheduler = Scheduler::new(SchedulerConfig {
+            max_num_seqs: config.max_num_seqs,
+            max_num_batched_tokens: config.max_num_batched_tokens,
+            max_model_len: config.max_model_len,
+            block_size: config.block_size,
+            num_blocks: config.num_blocks,
+            enable_prefix_caching: config.enable_prefix_caching,
+            enable_chunked_prefill: config.enable_chunked_prefill,
+            long_prefill_token_threshold: config.long_prefill_token_threshold,
+            policy: config.policy,
+        });
+        let runner = ModelRunner::new(model, config.num_blocks, config.block_size, config.logprobs_mode);
+        Ok(EngineCore { config, scheduler, runner, stats: EngineStats::default() })
+    }
+
+    pub fn model(&self) -> &dyn Model {
+        self.runner.model.as_ref()
+    }
+
+    /// Validates and queues a request.
+    pub fn add_request(&mut self, r: EngineRequest) -> Result<(), EngineError> {
+        let vocab = self.model().info().vocab_size;
+        r.params.validate(vocab)?;
+        let n = r.prompt_token_ids.len();
+        if n == 0 {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if let Some(&bad) = r.prompt_token_ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::InvalidRequest(format!("token id {bad} is out of vocabulary (size {vocab})")));
+        }
+        if n >= self.config.max_model_len {
+            return Err(EngineError::InvalidRequest(format!(
+                "This model's maximum context length is {} tokens. However, your request has {n} input tokens. \
+                 Please reduce the length of the input messages.",
+                self.config.max_model_len
+            )));
+        }
+        if self.scheduler.request(&r.request_id).is_some() {
+            return Err(EngineError::InvalidRequest(format!("request id {} is already in use", r.request_id)));
+        }
+        let p = &r.params;
+        let eos = self.config.eos_token_id;
+        // vLLM's update_from_generation_config: generation EOS ids stop unless ignore_eos.
+        let mut stop_token_ids = p.stop_token_ids.clone();
+        if !p.ignore_eos {
+            stop_token_ids.extend(self.config.generation_eos_ids.iter().filter(|&&t| Some(t) != eos));
+        }
+        let mut all_stop: Vec<u32> = eos.into_iter().chain(self.config.generation_eos_ids.iter().copied()).collect();
+        all_stop.extend(&p.stop_token_ids);
+        let stop = StopParams {
+            max_tokens: p.max_tokens,
+            eos_token_id: if p.ignore_eos { None } else { eos },
+            stop_token_ids,
+        };
+        let mut req = Request::new(r.request_id.clone(), r.prompt_token_ids, stop, 0);
+        req.priority = r.priority;
+        req.cache_salt = r.cache_salt;
+        req.skip_reading_prefix_cache = p.prompt_logprobs.is_some();
+        self.runner.add_request(&r.request_id, r.params, all_stop);
+        self.scheduler.add_request(req);
+        Ok(())
+    }
+
+    /// Ends requests early (client gone, or a stop string matched); frees their blocks.
+    pub fn abort(&mut self, ids: &[String], reason: FinishReason) -> Vec<String> {
+        let live = self.scheduler.finish_requests(ids, reason);
+        for id in &live {
+            self.runner.remove_request(id);
+            self.stats.record_finished(reason);
+        }
+        live
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        self.scheduler.has_unfinished()
+    }
+
+    /// One engine step. Returns the new output of every request that produced any.
+    pub fn step(&mut self) -> Vec<RequestOutput> {
+        let t0 = Instant::now();
+        let out = self.scheduler.schedule();
+        let results = self.runner.execute(&out, &self.scheduler);
+        // Read before the update: finished requests leave the scheduler.
+        let meta: std::collections::HashMap<String, (usize, usize, bool)> = out
+            .scheduled
+            .iter()
+            .filter_map(|s| self.scheduler.request(&s.request_id))
+            .map(|r| {
+                (r.request_id.clone(), (r.prompt_len, r.num_cached_tokens.unwrap_or(0), r.num_output_tokens() == 0))
+            })
+            .collect();
+        let sampled: Vec<Option<u32>> = results.iter().map(|r| r.token).collect();
+        let updates = self.scheduler.update_from_output(&out, &sampled);
+        let mut outputs = Vec::with_capacity(updates.len());
+        let mut results: std::collections::HashMap<&str, _> =
+            out.scheduled.iter().map(|s| s.request_id.as_str()).zip(results).collect();
+        for u in updates {
+            let r = results.remove(u.request_id.as_str()).unwrap_or_default();
+            let (num_prompt_tokens, num_cached_tokens, first) = meta.get(&u.request_id).copied().unwrap_or_default();
+            if first {
+                self.stats.record_prefill(num_prompt_tokens, num_cached_tokens);
+            }
+            if let Some(reason) = u.finish_reason {
+                self.runner.remove_request(&u.request_id);
+                self.stats.record_finished(reason);
+            }
+            outputs.push(RequestOutput {
+                new_token_ids: u.new_token_ids,
+                logprobs: r.logprobs.into_iter().collect(),
+                prompt_logprobs: r.prompt_logprobs,
+                finish_reason: u.finish_reason,
+                stop_token: u.stop_token,
+                num_prompt_tokens,
+                num_cached_tokens,
+                request_id: u.request_id,
+            });
+        }
+        self.stats.record_step(&out, &self.scheduler, outputs.len(), t0.elapsed());
+        outputs
+    }
+
+    /// Runs requests to completion (the offline batch API behind `vllm-rs generate`).
+    pub fn generate(&mut self, requests: Vec<EngineRequest>) -> Result<Vec<FinalOutput>, EngineError> {
+        let ids: Vec<String> = requests.iter().map(|r| r.request_id.clone()).collect();
+        let mut finals: std::collections::HashMap<String, FinalOutput> = Default::default();
+        for r in requests {
+            finals.insert(r.request_id.clone(), FinalOutput::new(&r));
+            self.add_request(r)?;
+        }
+        while self.has_unfinished() {
+            for o in self.step() {
+                if let Some(f) = finals.get_mut(&o.request_id) {
+                    f.absorb(o);
+                }
+            }
+        }
+        Ok(ids.into_iter().map(|id| finals.remove(&id).expect("every request has a final output")).collect())
+    }
+}
+
+/// Everything a finished request produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FinalOutput {
+    pub request_id: String,
+    pub prompt_token_ids: Vec<u32>,
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<TokenLogprobs>,
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
+    pub finish_reason: Option<FinishReason>,
+    pub stop_token: Option<u32>,
+    pub num_cached_tokens: usize,
+}
+
+impl FinalOutput {
+    fn new(r: &EngineRequest) -> Self {
+        FinalOutput {
+            request_id: r.request_id.clone(),
+            prompt_token_ids: r.prompt_token_ids.clone(),
+            token_ids: Vec::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: None,
+            finish_reason: None,
+            stop_token: None,
+            num_cached_tokens: 0,
+        }
+    }
+
+    /// Folds one step's output into the running total.
+    pub fn absorb(&mut self, o: RequestOutput) {
+        if self.token_ids.is_empty() {
+            self.num_cached_tokens = o.num_cached_tokens;
+        }
+        self.token_ids.extend(o.new_token_ids);
+        self.logprobs.extend(o.logprobs);
+        if o.prompt_logprobs.is_some() {
+            self.prompt_logprobs = o.prompt_logprobs;
+        }
+        self.finish_reason = o.finish_reason.or(self.finish_reason);
+        self.stop_token = o.stop_token.or(self.stop_token);
+    }
+}

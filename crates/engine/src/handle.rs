@@ -1,0 +1,194 @@
+//! The engine thread and the handle the server talks to it through.
+//!
+//! The thread owns the [`EngineCore`]; nothing else touches it. Callers send commands over a
+//! channel and get each request's outputs on its own stream. Dropping a stream before the
+//! request finished aborts it, which frees its KV blocks.
+
+use crate::engine_core::{EngineConfig, EngineCore, EngineError, EngineRequest, RequestOutput};
+use crate::stats::EngineStats;
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use vllm_rs_core::FinishReason;
+use vllm_rs_models::ModelInfo;
+
+enum Command {
+    Add(EngineRequest, UnboundedSender<Result<RequestOutput, EngineError>>),
+    Abort(Vec<String>),
+    Shutdown,
+}
+
+pub struct EngineHandle {
+    tx: mpsc::Sender<Command>,
+    stats: Arc<Mutex<EngineStats>>,
+    pub config: EngineConfig,
+    pub model_info: ModelInfo,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EngineHandle {
+    /// Moves the core onto its own thread.
+    pub fn spawn(core: EngineCore) -> Arc<Self> {
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(Mutex::new(core.stats.clone()));
+        let config = core.config.clone();
+        let model_info = core.model().info().clone();
+        let shared = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("vllm-rs-engine".into())
+            .spawn(move || engine_loop(core, rx, shared))
+            .expect("spawn engine thread");
+        Arc::new(EngineHandle { tx, stats, config, model_info, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queues a request; its outputs arrive on the returned stream.
+    pub fn add_request(&self, req: EngineRequest) -> Result<RequestStream, EngineError> {
+        req.params.validate(self.model_info.vocab_size)?;
+        let (out_tx, out_rx) = unbounded_channel();
+        let id = req.request_id.clone();
+        self.tx.send(Command::Add(req, out_tx)).map_err(|_| EngineError::Stopped)?;
+        Ok(RequestStream { request_id: id, rx: out_rx, cmd: self.tx.clone(), finished: false })
+    }
+
+    /// Ends requests now (e.g. a stop string matched); their streams close.
+    pub fn abort(&self, ids: Vec<String>) {
+        let _ = self.tx.send(Command::Abort(ids));
+    }
+
+    /// A snapshot of the engine's counters and gauges.
+    pub fn stats(&self) -> EngineStats {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the engine thread is still running.
+    pub fn is_alive(&self) -> bool {
+        self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Aborts everything still running and stops the thread.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One request's outputs, in order. The last item has a `finish_reason`.
+pub struct RequestStream {
+    pub request_id: String,
+    rx: UnboundedReceiver<Result<RequestOutput, EngineError>>,
+    cmd: mpsc::Sender<Command>,
+    finished: bool,
+}
+
+impl RequestStream {
+    /// The next output, or `None` once the request has finished.
+    pub async fn next(&mut self) -> Option<Result<RequestOutput, EngineError>> {
+        if self.finished {
+            return None;
+        }
+        let item = self.rx.recv().await;
+        self.note(&item);
+        item
+    }
+
+    /// Blocking version of [`RequestStream::next`] for non-async callers.
+    pub fn blocking_next(&mut self) -> Option<Result<RequestOutput, EngineError>> {
+        if self.finished {
+            return None;
+        }
+        let item = self.rx.blocking_recv();
+        self.note(&item);
+        item
+    }
+
+    fn note(&mut self, item: &Option<Result<RequestOutput, EngineError>>) {
+        match item {
+            Some(Ok(o)) if o.finish_reason.is_none() => {}
+            _ => self.finished = true,
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.cmd.send(Command::Abort(vec![self.request_id.clone()]));
+        }
+    }
+}
+
+type Senders = HashMap<String, UnboundedSender<Result<RequestOutput, EngineError>>>;
+
+fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mutex<EngineStats>>) {
+    let mut senders: Senders = HashMap::new();
+    loop {
+        // Sleep only when there is nothing to compute.
+        if !core.has_unfinished() {
+            match rx.recv() {
+                Ok(cmd) => {
+                    if !apply(&mut core, &mut senders, cmd) {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            if !apply(&mut core, &mut senders, cmd) {
+                return;
+            }
+        }
+        if core.has_unfinished() {
+            let outputs = core.step();
+            let mut gone = Vec::new();
+            for o in outputs {
+                let id = o.request_id.clone();
+                let done = o.finish_reason.is_some();
+                let delivered = senders.get(&id).is_some_and(|tx| tx.send(Ok(o)).is_ok());
+                if done || !delivered {
+                    senders.remove(&id);
+                }
+                if !delivered && !done {
+                    gone.push(id); // the client went away: free its blocks now
+                }
+            }
+            if !gone.is_empty() {
+                core.abort(&gone, FinishReason::Abort);
+            }
+        }
+        *stats.lock().unwrap_or_else(|e| e.into_inner()) = core.stats.clone();
+    }
+}
+
+/// Applies one command; returns false on shutdown.
+fn apply(core: &mut EngineCore, senders: &mut Senders, cmd: Command) -> bool {
+    match cmd {
+        Command::Add(req, tx) => {
+            let id = req.request_id.clone();
+            match core.add_request(req) {
+                Ok(()) => {
+                    senders.insert(id, tx);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        }
+        Command::Abort(ids) => {
+            core.abort(&ids, FinishReason::Abort);
+            for id in ids {
+                senders.remove(&id);
+            }
+        }
+        Command::Shutdown => {
+            let ids: Vec<String> = senders.keys().cloned().collect();
+            core.abort(&ids, FinishReason::Abort);
+            return false;
+        }
+    }
+    true
+}
