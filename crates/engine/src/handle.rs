@@ -15,7 +15,7 @@ use vllm_rs_core::FinishReason;
 use vllm_rs_models::ModelInfo;
 
 enum Command {
-    Add(EngineRequest, UnboundedSender<Result<RequestOutput, EngineError>>),
+    Add(Box<EngineRequest>, UnboundedSender<Result<RequestOutput, EngineError>>),
     Abort(Vec<String>),
     Shutdown,
 }
@@ -48,7 +48,7 @@ impl EngineHandle {
         req.params.validate(self.model_info.vocab_size)?;
         let (out_tx, out_rx) = unbounded_channel();
         let id = req.request_id.clone();
-        self.tx.send(Command::Add(req, out_tx)).map_err(|_| EngineError::Stopped)?;
+        self.tx.send(Command::Add(Box::new(req), out_tx)).map_err(|_| EngineError::Stopped)?;
         Ok(RequestStream { request_id: id, rx: out_rx, cmd: self.tx.clone(), finished: false })
     }
 
@@ -169,7 +169,7 @@ fn apply(core: &mut EngineCore, senders: &mut Senders, cmd: Command) -> bool {
     match cmd {
         Command::Add(req, tx) => {
             let id = req.request_id.clone();
-            match core.add_request(req) {
+            match core.add_request(*req) {
                 Ok(()) => {
                     senders.insert(id, tx);
                 }
