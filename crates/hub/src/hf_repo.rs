@@ -417,7 +417,7 @@ impl Hub<'_> {
         let mut transfer = Transfer::start(&progress, file, size, resumed);
         // The token goes to the Hub only, never to the CDN a file redirects to.
         let token = if origin(location) == origin(self.endpoint()) { self.token() } else { None };
-        let sha = self.http.download(location, token, &partial, size, &mut transfer)?;
+        let sha = self.http.download(location, token, &partial, size, true, &mut transfer)?;
         // LFS files are named by their SHA-256: check it. (Small git files are named by their git
         // SHA-1, which TLS already protects in transit.)
         if is_sha256_hex(etag) && sha != etag {

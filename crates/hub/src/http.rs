@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use ureq::http::{HeaderMap, Response, StatusCode};
+use ureq::tls::TlsConfig;
 use ureq::{Agent, Body};
 
 use crate::digest::{finish_hex, hash_prefix};
@@ -81,6 +82,7 @@ impl Http {
             .timeout_recv_response(Some(Duration::from_secs(60)))
             // A stalled transfer should fail (and be resumable) rather than hang forever.
             .timeout_per_read(Some(Duration::from_secs(60)))
+            .tls_config(TlsConfig::builder().root_certs(crate::tls::root_certs()).build())
             .build();
         Http { agent: config.new_agent(), hint: hint.into() }
     }
@@ -127,15 +129,25 @@ impl Http {
         Err(self.network_error(&url, format!("more than {MAX_REDIRECTS} redirects")))
     }
 
+    /// The size a HEAD request reports, if the server answers one; only used for progress totals.
+    pub(crate) fn content_length(&self, url: &str) -> Option<u64> {
+        let fetched = self.send(Method::Head, url, &[], None, Follow::All).ok()?;
+        if fetched.status() != 200 {
+            return None;
+        }
+        fetched.header("content-length")?.trim().parse().ok()
+    }
+
     /// GETs `url` into `dest`, appending to what an earlier interrupted run left there when the
     /// server honours Range. Returns the SHA-256 of the whole file. `dest` is a partial-file name:
-    /// the caller verifies the hash and renames it into place.
+    /// the caller verifies the hash and renames it into place (after an fsync here if `sync`).
     pub(crate) fn download(
         &self,
         url: &str,
         token: Option<&str>,
         dest: &Path,
         expected_size: Option<u64>,
+        sync: bool,
         transfer: &mut Transfer,
     ) -> Result<String, HubError> {
         let mut have = std::fs::metadata(dest).map(|m| m.len()).unwrap_or(0);
@@ -169,7 +181,7 @@ impl Http {
                 // What we have is not a prefix the server recognises: start over.
                 transfer.rewind(have);
                 File::create(dest).map_err(HubError::io("cannot truncate", dest))?;
-                return self.download(url, token, dest, expected_size, transfer);
+                return self.download(url, token, dest, expected_size, sync, transfer);
             }
             _ => return Err(status_error(fetched)),
         };
@@ -200,8 +212,10 @@ impl Http {
         {
             return Err(self.network_error(&final_url, format!("got {got} of {expected} bytes; run again to resume")));
         }
-        // Durable before the caller renames it to its final name.
-        file.sync_all().map_err(HubError::io("cannot sync", dest))?;
+        if sync {
+            // Durable before the caller renames it to its final name.
+            file.sync_all().map_err(HubError::io("cannot sync", dest))?;
+        }
         Ok(finish_hex(hasher))
     }
 }

@@ -22,6 +22,7 @@ mod local;
 mod lock;
 mod progress;
 mod pypi;
+mod tls;
 
 use std::path::PathBuf;
 
