@@ -199,8 +199,10 @@ fn choose(spec: &HfSpec, files: &[String]) -> Result<Plan, HubError> {
             spec,
             &ggufs,
             format!(
-                "it has {} .gguf files; pick one by appending ':FILE.gguf' or ':QUANT' (like ':Q4_K_M')",
-                ggufs.len()
+                "it has {} .gguf files; pick one with ':FILE.gguf' or ':QUANT', e.g. --model {}:{}",
+                ggufs.len(),
+                spec.repo,
+                ggufs[0]
             ),
         )),
     }
