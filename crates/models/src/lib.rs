@@ -38,16 +38,25 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
         // Check the architecture before touching weights, so the error is about what matters.
         registry::check(&arch).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
         let ck = Checkpoint::from_safetensors_dir(path)?;
-        let model = registry::build(&arch, &ck, &config)?;
+        let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, &path.join("config.json")))?;
         Ok(LoadedModel { model, config, gguf: None })
     } else if path.is_file() {
         let g = Arc::new(GgufFile::open(path)?);
         let config = config::config_from_gguf(&g)?;
         let arch = config::architecture(&config)?;
         let ck = Checkpoint::from_gguf(&g)?;
-        let model = registry::build(&arch, &ck, &config)?;
+        let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, path))?;
         Ok(LoadedModel { model, config, gguf: Some(g) })
     } else {
         Err(Error::file(path, "no such file or directory"))
+    }
+}
+
+/// Config errors raised while building a model (`config: missing field …`) name no file; they
+/// come from `file` (config.json, or the GGUF whose metadata became the config).
+fn in_file(e: Error, file: &Path) -> Error {
+    match e {
+        Error::Msg(msg) => Error::file(file, msg),
+        e => e,
     }
 }

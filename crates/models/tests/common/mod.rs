@@ -103,8 +103,8 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
         let mut ranges = vec![];
         for s in 0..n {
             let start = input.len();
-            for p in done[s]..ids[s].len() {
-                input.push(ids[s][p]);
+            for (p, &id) in ids[s].iter().enumerate().skip(done[s]) {
+                input.push(id);
                 positions.push(p as u32);
                 slots.push(slot(&tables[s], p));
             }
@@ -162,3 +162,5 @@ pub fn floats(v: &Value) -> Vec<f32> {
 pub fn first_mismatch(a: &[u32], b: &[u32]) -> Option<usize> {
     a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))
 }
+
+pub mod files;

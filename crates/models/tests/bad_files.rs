@@ -1,0 +1,174 @@
+//! Broken checkpoints give a clear error, never a panic: the message names the file and says
+//! what is wrong. The files are built in a scratch dir from copies of the tiny checkpoints (or the
+//! tiny llama written as GGUF), then corrupted.
+
+mod common;
+
+use common::files::{
+    Gguf, Kv, Tensor, copy_model_dir, read_safetensors, scratch_dir, tiny_llama_gguf, write_safetensors,
+};
+use std::path::{Path, PathBuf};
+use vllm_rs_testutil::test_data;
+
+fn tiny(arch: &str) -> PathBuf {
+    test_data(&format!("data/tiny/{arch}"))
+}
+
+/// Loads `path`, which must fail without panicking; returns the error message.
+fn load_err(path: &Path) -> String {
+    let r = std::panic::catch_unwind(|| vllm_rs_models::load(path).map(|_| ()));
+    match r {
+        Ok(Ok(())) => panic!("{}: loaded, but it is broken", path.display()),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => panic!("{}: loading panicked instead of returning an error", path.display()),
+    }
+}
+
+/// The error must name `file` and contain every one of `words`.
+fn expect_err(path: &Path, file: &Path, words: &[&str]) {
+    let msg = load_err(path);
+    let name = file.display().to_string();
+    assert!(msg.contains(&name), "error does not name {name}: {msg}");
+    for w in words {
+        assert!(msg.contains(w), "error does not say {w:?}: {msg}");
+    }
+}
+
+fn gguf_file(name: &str, g: &Gguf) -> PathBuf {
+    let p = scratch_dir(name).join("model.gguf");
+    g.write(&p);
+    p
+}
+
+#[test]
+fn well_formed_copies_load() {
+    // The baselines the other cases corrupt must themselves load.
+    let d = scratch_dir("baseline-dir");
+    copy_model_dir(&tiny("qwen2"), &d);
+    vllm_rs_models::load(&d).unwrap_or_else(|e| panic!("{e}"));
+    let p = gguf_file("baseline-gguf", &tiny_llama_gguf(&tiny("llama")));
+    vllm_rs_models::load(&p).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn truncated_gguf() {
+    let bytes = tiny_llama_gguf(&tiny("llama")).to_bytes();
+    let d = scratch_dir("gguf-truncated");
+    // Cut in the tensor data, then in the metadata.
+    for (name, len, words) in [
+        ("data.gguf", bytes.len() - 1000, &["truncated", "needs bytes"][..]),
+        ("header.gguf", 40, &["truncated"][..]),
+        ("magic.gguf", 3, &["not a GGUF file"][..]),
+    ] {
+        let p = d.join(name);
+        std::fs::write(&p, &bytes[..len]).unwrap();
+        expect_err(&p, &p, words);
+    }
+}
+
+#[test]
+fn wrong_gguf_magic() {
+    let mut bytes = tiny_llama_gguf(&tiny("llama")).to_bytes();
+    bytes[..4].copy_from_slice(b"GGML");
+    let p = scratch_dir("gguf-magic").join("model.gguf");
+    std::fs::write(&p, &bytes).unwrap();
+    expect_err(&p, &p, &["not a GGUF file", "magic"]);
+}
+
+#[test]
+fn unknown_gguf_tensor_type() {
+    for (id, what) in [(99u32, "tensor type 99 (unknown)"), (16, "tensor type 16 (an IQ quant)")] {
+        let mut g = tiny_llama_gguf(&tiny("llama"));
+        g.tensors[3].2 = id;
+        let name = g.tensors[3].0.clone();
+        let p = gguf_file(&format!("gguf-type-{id}"), &g);
+        expect_err(&p, &p, &[&name, what]);
+    }
+}
+
+#[test]
+fn missing_tensor() {
+    let mut g = tiny_llama_gguf(&tiny("llama"));
+    g.tensors.retain(|t| t.0 != "blk.1.ffn_down.weight");
+    let p = gguf_file("gguf-missing", &g);
+    expect_err(&p, &p, &["model.layers.1.mlp.down_proj.weight", "missing"]);
+
+    let d = scratch_dir("st-missing");
+    copy_model_dir(&tiny("qwen2"), &d);
+    let mut t = read_safetensors(&d.join("model.safetensors"));
+    t.retain(|t| t.name != "model.layers.2.self_attn.q_proj.bias");
+    write_safetensors(&d.join("model.safetensors"), &t);
+    expect_err(&d, &d, &["model.layers.2.self_attn.q_proj.bias", "missing"]);
+}
+
+#[test]
+fn shape_mismatch() {
+    // Same bytes, other shape: the file is valid, the model cannot use it.
+    let d = scratch_dir("st-shape");
+    copy_model_dir(&tiny("qwen3"), &d);
+    let st = d.join("model.safetensors");
+    let mut t: Vec<Tensor> = read_safetensors(&st);
+    let o = t.iter_mut().find(|t| t.name == "model.layers.0.self_attn.o_proj.weight").unwrap();
+    o.shape = vec![o.shape[1], o.shape[0]];
+    write_safetensors(&st, &t);
+    expect_err(&d, &st, &["model.layers.0.self_attn.o_proj.weight", "shape [128, 64], expected [64, 128]"]);
+
+    let mut g = tiny_llama_gguf(&tiny("llama"));
+    let t = g.tensors.iter_mut().find(|t| t.0 == "blk.0.ffn_up.weight").unwrap();
+    t.1.reverse(); // [64, 140] innermost-first becomes [140, 64]
+    let p = gguf_file("gguf-shape", &g);
+    expect_err(&p, &p, &["model.layers.0.mlp.up_proj.weight", "expected [140, 64]"]);
+}
+
+#[test]
+fn unsupported_architecture() {
+    let d = scratch_dir("st-arch");
+    copy_model_dir(&tiny("llama"), &d);
+    let cfg = d.join("config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("LlamaForCausalLM", "MambaForCausalLM");
+    std::fs::write(&cfg, text).unwrap();
+    expect_err(&d, &cfg, &["MambaForCausalLM", "not supported", "LlamaForCausalLM", "Gemma3ForCausalLM"]);
+
+    let mut g = tiny_llama_gguf(&tiny("llama"));
+    g.kv[0].1 = Kv::Str("mamba".into());
+    let p = gguf_file("gguf-arch", &g);
+    expect_err(&p, &p, &["\"mamba\"", "not supported", "llama", "gemma3"]);
+}
+
+#[test]
+fn bad_config_json() {
+    let d = scratch_dir("st-config");
+    copy_model_dir(&tiny("gemma3"), &d);
+    let cfg = d.join("config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, &text[..text.len() / 2]).unwrap();
+    expect_err(&d, &cfg, &["bad JSON"]);
+
+    // Valid JSON that lacks a required field: the error names the field and the file.
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("hidden_size");
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    expect_err(&d, &cfg, &["hidden_size"]);
+
+    std::fs::write(&cfg, "{}").unwrap();
+    expect_err(&d, &cfg, &["architectures"]);
+}
+
+#[test]
+fn truncated_safetensors() {
+    let d = scratch_dir("st-truncated");
+    copy_model_dir(&tiny("llama"), &d);
+    let st = d.join("model.safetensors");
+    let bytes = std::fs::read(&st).unwrap();
+    std::fs::write(&st, &bytes[..bytes.len() - 100]).unwrap();
+    expect_err(&d, &st, &["truncated"]);
+    // Cut inside the JSON header.
+    std::fs::write(&st, &bytes[..100]).unwrap();
+    expect_err(&d, &st, &["not a valid safetensors file"]);
+}
+
+#[test]
+fn missing_path() {
+    let p = scratch_dir("missing").join("nothing-here.gguf");
+    expect_err(&p, &p, &["no such file"]);
+}

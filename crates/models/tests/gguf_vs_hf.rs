@@ -1,0 +1,138 @@
+//! The GGUF loader and the safetensors loader feed the same model code: our forward on a GGUF
+//! must agree with our forward on the matching weights in safetensors.
+//!
+//! Tiny llama (exact weights): the F32 tiny checkpoint written as GGUF the way llama.cpp converts
+//! it (Q/K rows permuted for interleaved RoPE). The weights are identical, only the order of the
+//! sums inside a head differs, so logits agree to float rounding and the greedy ids are equal.
+//!
+//! Real models: the hf dirs hold the GGUF weights dequantized and then rounded to bf16 (relative
+//! error ≤ 2⁻⁹ per weight), so the two forwards differ by that rounding only. Teacher-forced over
+//! the golden continuations (prompt + 32 tokens in one forward, logits at every generated
+//! position), we require: logits within [`REAL_REL_TOL`] of the largest |logit| at every position,
+//! and the same top-1 token wherever the hf side's top-2 margin is above [`REAL_CLEAR_MARGIN`]
+//! (below that, bf16 rounding alone may legitimately swap a near-tie). A missing permutation,
+//! a wrong `1 + w`, a mis-mapped tensor or a wrong dequantization gives O(1) differences.
+
+mod common;
+
+use common::files::{scratch_dir, tiny_llama_gguf};
+use common::{BLOCK_SIZE, argmax, greedy, ids, rel_max_diff};
+use vllm_rs_kernels::attention::{KvCache, SeqAttention};
+use vllm_rs_models::{ForwardBatch, Model};
+use vllm_rs_testutil::{gguf_path, golden, hf_dir, test_data};
+
+/// Measured here: ≤ 0.6% (smollm2 0.4%, qwen05 0.3%, gemma3 0.6%). bf16 weight rounding moves
+/// logits by well under a percent; 3% leaves room while a real mistake moves them by > 10%.
+const REAL_REL_TOL: f64 = 0.03;
+/// Relative top-2 margin above which bf16 rounding must not change the argmax (measured logit
+/// differences stay below 0.6% of the scale, so a 3% margin cannot flip).
+const REAL_CLEAR_MARGIN: f64 = 0.03;
+
+#[test]
+fn tiny_llama_gguf_equals_safetensors() {
+    let dir = test_data("data/tiny/llama");
+    let p = scratch_dir("tiny-llama-gguf").join("model.gguf");
+    tiny_llama_gguf(&dir).write(&p);
+    let st = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let gg = vllm_rs_models::load(&p).unwrap_or_else(|e| panic!("{e}"));
+    let g = golden("tiny/llama.json");
+    for case in g["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_token_ids"]);
+        let a = greedy(st.model.as_ref(), &prompt, 32, usize::MAX);
+        let b = greedy(gg.model.as_ref(), &prompt, 32, usize::MAX);
+        assert_eq!(a.token_ids, b.token_ids, "prompt of {}: GGUF and safetensors ids differ", prompt.len());
+        for (x, y) in [(&a.first_logits, &b.first_logits), (&a.final_logits, &b.final_logits)] {
+            let d = rel_max_diff(y, x);
+            assert!(d < 1e-5, "prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
+        }
+    }
+}
+
+/// Logits at every one of `rows` (positions) for `seq` prefilled in one forward.
+fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
+    let info = model.info();
+    let blocks = seq.len().div_ceil(BLOCK_SIZE);
+    let mut kv = KvCache::new(info.num_layers, blocks, BLOCK_SIZE, info.num_kv_heads, info.head_dim);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let positions: Vec<u32> = (0..seq.len() as u32).collect();
+    let slots: Vec<usize> = (0..seq.len()).collect();
+    let batch = ForwardBatch {
+        input_ids: seq,
+        positions: &positions,
+        slot_mapping: &slots,
+        seqs: vec![SeqAttention { query_start: 0, query_len: seq.len(), seq_len: seq.len(), block_table: &table }],
+        logits_indices: rows,
+    };
+    model.forward(&batch, &mut kv)
+}
+
+fn top2_rel_margin(x: &[f32]) -> f64 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    let mut scale = 0f32;
+    for &v in x {
+        scale = scale.max(v.abs());
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    ((a - b) / scale) as f64
+}
+
+fn check_real(name: &str) {
+    let t0 = std::time::Instant::now();
+    let hf = vllm_rs_models::load(&hf_dir(name)).unwrap_or_else(|e| panic!("{e}"));
+    let gg = vllm_rs_models::load(&gguf_path(name)).unwrap_or_else(|e| panic!("{e}"));
+    let vocab = hf.model.info().vocab_size;
+    assert_eq!(gg.model.info().vocab_size, vocab);
+    assert_eq!(gg.model.info().architecture, hf.model.info().architecture);
+    let g = golden(&format!("real/{name}.json"));
+    let cases = g["cases"].as_array().unwrap();
+    // A code prompt, the long paragraph (raw) and a chat prompt.
+    let (mut worst, mut agree, mut clear, mut total) = (0f64, 0, 0, 0);
+    for &i in &[0usize, 3, 6] {
+        let case = &cases[i];
+        let prompt = ids(&case["prompt_token_ids"]);
+        let out = ids(&case["token_ids"]);
+        let seq: Vec<u32> = prompt.iter().chain(&out[..out.len() - 1]).copied().collect();
+        let rows: Vec<usize> = (prompt.len() - 1..seq.len()).collect();
+        let a = logits_at(hf.model.as_ref(), &seq, &rows);
+        let b = logits_at(gg.model.as_ref(), &seq, &rows);
+        for (r, (x, y)) in a.chunks_exact(vocab).zip(b.chunks_exact(vocab)).enumerate() {
+            let d = rel_max_diff(y, x);
+            worst = worst.max(d);
+            assert!(d <= REAL_REL_TOL, "{name} case {i} step {r}: GGUF logits differ by {d:.3} of the scale");
+            total += 1;
+            let same = argmax(x) == argmax(y);
+            agree += same as usize;
+            if top2_rel_margin(x) > REAL_CLEAR_MARGIN {
+                clear += 1;
+                assert!(same, "{name} case {i} step {r}: top-1 differs though the margin is clear");
+            }
+        }
+    }
+    eprintln!(
+        "{name}: worst logit difference {:.2}% of the scale; top-1 agrees at {agree}/{total} steps \
+         ({clear} with a clear margin); {:.1} s",
+        worst * 100.0,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(agree * 10 >= total * 9, "{name}: top-1 agrees at only {agree}/{total} steps");
+}
+
+#[test]
+fn smollm2() {
+    check_real("smollm2");
+}
+
+#[test]
+fn qwen05() {
+    check_real("qwen05");
+}
+
+#[test]
+fn gemma3() {
+    check_real("gemma3");
+}
