@@ -1,14 +1,10 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! Frontend: tokenizers (HF directory or GGUF-built), chat templates, incremental detokenizing
+//! and stop strings — the text side of a request, between the HTTP server and the engine.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod error;
+mod gguf_tokenizer;
+mod tokenizer;
+mod tokenizer_config;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use error::{Error, Result};
+pub use tokenizer::{Tokenizer, load_tokenizer};
