@@ -240,7 +240,7 @@ fn dequant_q2k(b: &[u8], y: &mut [f32]) {
 }
 
 /// Unpacks the 12 bytes of Q3_K scales into 16 signed 6-bit scales (already offset by -32).
-fn q3k_scales(s: &[u8]) -> [i32; 16] {
+pub(crate) fn q3k_scales(s: &[u8]) -> [i32; 16] {
     const KMASK1: u32 = 0x0303_0303;
     const KMASK2: u32 = 0x0f0f_0f0f;
     let a0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);

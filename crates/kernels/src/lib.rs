@@ -9,6 +9,10 @@ pub mod isa;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
+pub mod qgemv;
+pub mod qmatmul;
+pub mod qpanel;
+pub mod quant_act;
 pub mod testing;
 pub mod weight;
 

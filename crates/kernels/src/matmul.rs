@@ -11,6 +11,7 @@
 use crate::ggml::{self, GgmlType};
 use crate::isa::{self, Tier};
 use crate::pool;
+use crate::quant_act::QuantizedActs;
 use crate::weight::Weight;
 use std::cell::RefCell;
 
@@ -32,13 +33,27 @@ thread_local! {
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`.
-pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
-    matmul_tier(isa::tier(), x, m, w, out)
+thread_local! {
+    static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
 }
 
-/// [`matmul`] on a given tier (tests run every tier the CPU has).
-pub fn matmul_tier(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
+/// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
+/// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product.
+pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
+    let tier = isa::tier();
+    if w.ty.is_quantized() {
+        ACTS.with(|a| {
+            let mut a = a.borrow_mut();
+            a.quantize_into(x, m, w.cols);
+            crate::qmatmul::qmatmul(tier, &a, w, out);
+        });
+    } else {
+        matmul_dense(tier, x, m, w, out)
+    }
+}
+
+/// f32 matmul for any weight format (quantized ones dequantized to f32 first).
+pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     let (n, k) = (w.rows, w.cols);
     assert_eq!(x.len(), m * k, "matmul: x is not {m} x {k}");
     assert_eq!(out.len(), m * n, "matmul: out is not {m} x {n}");
@@ -105,12 +120,21 @@ pub(crate) fn scalar_dot(x: &[f32], w: &[f32]) -> f32 {
             acc[l] += xc[l] * wc[l];
         }
     }
-    let mut s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    let mut s = hsum8(&acc);
     for i in k8..x.len() {
         s += x[i] * w[i];
     }
     s
 }
+
+/// Sum of 8 lanes in the association the SIMD tiers use.
+#[inline]
+pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {
+    ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::hsum as x86_hsum;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -119,7 +143,7 @@ mod x86 {
     /// Horizontal sum in the same association as `scalar_dot`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn hsum(v: __m256) -> f32 {
+    pub(crate) fn hsum(v: __m256) -> f32 {
         let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v)); // l0+l4 ..
         let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4)); // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
         let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2));
@@ -235,7 +259,7 @@ mod tests {
                 let w = quantize_random(ty, n, k, 7);
                 let x = rand_vec(m * k, 11);
                 let mut out = vec![0f32; m * n];
-                matmul_tier(tier, &x, m, &w, &mut out);
+                matmul_dense(tier, &x, m, &w, &mut out);
                 let want = reference(&x, m, &w);
                 for (o, r) in out.iter().zip(&want) {
                     let tol = 1e-4 * (1.0 + r.abs());
@@ -251,10 +275,10 @@ mod tests {
             let w = quantize_random(GgmlType::Q4K, 70, 256, 3);
             let x = rand_vec(9 * 256, 5);
             let mut all = vec![0f32; 9 * 70];
-            matmul_tier(tier, &x, 9, &w, &mut all);
+            matmul_dense(tier, &x, 9, &w, &mut all);
             for i in 0..9 {
                 let mut one = vec![0f32; 70];
-                matmul_tier(tier, &x[i * 256..(i + 1) * 256], 1, &w, &mut one);
+                matmul_dense(tier, &x[i * 256..(i + 1) * 256], 1, &w, &mut one);
                 assert_eq!(one, all[i * 70..(i + 1) * 70], "{tier:?} row {i}");
             }
         }
