@@ -1,14 +1,21 @@
-//! Frontend: tokenizers (HF directory or GGUF-built), chat templates, incremental detokenizing
-//! and stop strings — the text side of a request, between the HTTP server and the engine.
+//! Frontend: tokenizers (HF directory or GGUF-built), chat templates, incremental detokenizing,
+//! stop strings and generation defaults — the text side of a request, between the HTTP server
+//! and the engine.
 
 mod chat_template;
+mod detokenizer;
 mod error;
+mod generation_config;
 mod gguf_tokenizer;
 mod py_format;
+mod stop;
 mod strftime;
 mod tokenizer;
 mod tokenizer_config;
 
 pub use chat_template::ChatTemplate;
+pub use detokenizer::IncrementalDetokenizer;
 pub use error::{Error, Result};
+pub use generation_config::GenerationConfig;
+pub use stop::{StopOutcome, StopStrings};
 pub use tokenizer::{Tokenizer, load_tokenizer};

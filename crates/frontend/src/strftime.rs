@@ -96,7 +96,7 @@ pub fn format_unix(secs: i64, fmt: &str) -> String {
                 let _ = write!(out, "{v:0width$}");
             }
         };
-        let hour12 = if t.hour % 12 == 0 { 12 } else { t.hour % 12 };
+        let hour12 = if t.hour.is_multiple_of(12) { 12 } else { t.hour % 12 };
         match conv {
             'a' => out.push_str(&DAYS[t.weekday as usize][..3]),
             'A' => out.push_str(DAYS[t.weekday as usize]),
