@@ -178,7 +178,7 @@ tokenizer() { # tokenizer NAME TGZ_SHA JSON_SHA CONFIG_SHA
 # ------------------------------------------------------------------ hf dirs
 HF_FILES=(config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json)
 hf() { # hf DIR GGUF_REL "SHA SHA SHA SHA SHA" (in HF_FILES order) [gguf_to_hf.py options]
-  local d=$DEST/hf/$1 src=$DEST/$2
+  local d=$DEST/hf/$1 rel=$2 src=$DEST/$2
   local -a want
   read -r -a want <<<"$3"
   shift 3
@@ -193,7 +193,7 @@ hf() { # hf DIR GGUF_REL "SHA SHA SHA SHA SHA" (in HF_FILES order) [gguf_to_hf.p
   done
   if [ $ok = 0 ]; then
     ensure_venv
-    log "deriving hf/$(basename "$d") from $2"
+    log "deriving hf/$(basename "$d") from $rel"
     local tmp=$d.tmp
     rm -rf "$tmp"
     "$VPY" "$REPO/scripts/gguf_to_hf.py" "$src" "$tmp" "$@" >&2

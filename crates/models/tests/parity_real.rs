@@ -7,11 +7,19 @@
 //! batch invariance (results independent of the batch) is what makes it equal to one-by-one
 //! decoding. parity_tiny checks the one-by-one path and the batched one against each other.
 //! Each model is its own test, so the harness runs them on parallel threads.
+//!
+//! Near-ties: where transformers' own top-2 margin is at most [`NEAR_TIE`] of the logit scale
+//! (a few goldens have one; gemma3 even an exact tie), the choice is decided by float rounding
+//! order, not by the model, so a divergence starting exactly there is reported but accepted.
+//! Every case matched exactly when the goldens were made; a divergence at any other step fails.
 
 mod common;
 
 use common::{first_mismatch, greedy_batch, ids};
 use vllm_rs_testutil::{golden, hf_dir};
+
+/// Relative top-2 margin (as recorded in the golden, 4 decimals) treated as a tie.
+const NEAR_TIE: f64 = 1e-4;
 
 fn check_model(name: &str) {
     let t0 = std::time::Instant::now();
@@ -29,6 +37,10 @@ fn check_model(name: &str) {
         assert_eq!(want.len(), n_new);
         if let Some(step) = first_mismatch(ours, &want) {
             let margin = case["rel_margins"][step].as_f64().unwrap_or(f64::NAN);
+            if margin <= NEAR_TIE {
+                eprintln!("{name} case {i}: diverges at step {step}, a near-tie in transformers (margin {margin})");
+                continue;
+            }
             failures.push(format!(
                 "case {i} ({} {:?}): differs at step {step} (transformers' top-2 margin there: {margin} of the \
                  logit scale)\n  ours:         {ours:?}\n  transformers: {want:?}",
