@@ -1,1 +1,82 @@
-fn main() {}
+//! `vllm-rs`: serve, generate with, benchmark and fetch LLMs — vLLM's interface in one binary.
+
+mod args;
+mod bench;
+mod generate;
+mod setup;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "vllm-rs",
+    version,
+    about = "An LLM inference and serving engine with vLLM's API, in one binary",
+    long_about = "vllm.rs serves open-weight LLMs behind an OpenAI-compatible API, the way vLLM does \
+                  (paged KV cache, continuous batching, chunked prefill, prefix caching), on CPUs.\n\n\
+                  Models: a local HF directory, a local .gguf file, a catalog name (smollm2, qwen05, \
+                  qwen15, gemma3; fetched on first use), or a Hugging Face repo id (org/name).",
+    after_help = "Examples:\n  vllm-rs generate --prompt \"The capital of France is\"\n  \
+                  vllm-rs generate --model qwen05 --chat --prompt \"Write a haiku about Rust\"\n  \
+                  vllm-rs bench throughput --model smollm2 --num-prompts 64\n  vllm-rs pull gemma3"
+)]
+struct Cli {
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long, global = true, env = "VLLM_LOGGING_LEVEL", default_value = "info")]
+    log_level: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text for one or more prompts (offline batch).
+    Generate(generate::GenerateArgs),
+    /// Benchmarks shaped like `vllm bench`.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Download a model (catalog name or HF repo id) into the local cache and print its path.
+    Pull {
+        /// Catalog name or Hugging Face repo id; default: the default model.
+        model: Option<String>,
+    },
+}
+
+fn init_logging(level: &str) -> Result<(), String> {
+    let filter = match level.to_ascii_lowercase().as_str() {
+        l @ ("error" | "warn" | "info" | "debug" | "trace") => l.to_string(),
+        "warning" => "warn".into(),
+        "critical" => "error".into(),
+        other => return Err(format!("--log-level {other}: expected error, warn, info, debug or trace")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli.log_level) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let result = match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(b) => bench::run(b),
+        Command::Pull { model } => vllm_rs_hub::resolve(model.as_deref())
+            .map(|r| println!("{}", r.path.display()))
+            .map_err(|e| anyhow::anyhow!("{e}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

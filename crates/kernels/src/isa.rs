@@ -56,16 +56,38 @@ impl Tier {
 
 static TIER: OnceLock<Tier> = OnceLock::new();
 
-/// The tier in use: forced by `VLLM_RS_ISA`, else the best the CPU supports.
-pub fn tier() -> Tier {
-    *TIER.get_or_init(|| match std::env::var("VLLM_RS_ISA") {
+/// The best tier this CPU supports.
+pub fn best() -> Tier {
+    *Tier::available().last().unwrap_or(&Tier::Scalar)
+}
+
+/// The tier `VLLM_RS_ISA` asks for (if set), checked against the CPU.
+fn from_env() -> Result<Tier, String> {
+    match std::env::var("VLLM_RS_ISA") {
         Ok(name) => {
-            let t = parse(&name).unwrap_or_else(|| panic!("VLLM_RS_ISA={name}: expected scalar, avx2, avx512 or neon"));
-            assert!(t.supported(), "VLLM_RS_ISA={name}: this CPU does not support that tier");
-            t
+            let t = parse(&name).ok_or_else(|| format!("VLLM_RS_ISA={name}: expected scalar, avx2, avx512 or neon"))?;
+            if !t.supported() {
+                return Err(format!("VLLM_RS_ISA={name}: this CPU does not support that tier"));
+            }
+            Ok(t)
         }
-        Err(_) => *Tier::available().last().unwrap_or(&Tier::Scalar),
-    })
+        Err(_) => Ok(best()),
+    }
+}
+
+/// Fixes the tier for the process, reporting a bad `VLLM_RS_ISA` as an error.
+pub fn try_init() -> Result<Tier, String> {
+    if let Some(t) = TIER.get() {
+        return Ok(*t);
+    }
+    let t = from_env()?;
+    Ok(*TIER.get_or_init(|| t))
+}
+
+/// The tier in use: forced by `VLLM_RS_ISA`, else the best the CPU supports. (A bad value was
+/// reported by [`try_init`] at start-up; here it falls back to the best tier.)
+pub fn tier() -> Tier {
+    *TIER.get_or_init(|| from_env().unwrap_or_else(|_| best()))
 }
 
 pub fn parse(name: &str) -> Option<Tier> {

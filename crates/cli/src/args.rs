@@ -1,0 +1,135 @@
+//! Engine options shared by `serve`, `generate` and `bench`, named as vLLM names them.
+
+use clap::{Args, ValueEnum};
+
+#[derive(Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Maximum tokens per request (prompt + output). Default: the model's context length.
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+
+    /// Maximum requests running at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+
+    /// Token budget of one engine step (prefill chunks + decodes).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<usize>,
+
+    /// Reuse the KV cache of shared prompt prefixes (on by default, as in vLLM).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    #[arg(long, hide = true)]
+    pub no_enable_prefix_caching: bool,
+
+    /// Split long prompts across steps (on by default).
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+    #[arg(long, hide = true)]
+    pub no_enable_chunked_prefill: bool,
+
+    /// Memory for the KV cache, e.g. 2GiB, 512MB or a byte count. Default: a quarter of the
+    /// available memory, capped at what `max_num_seqs` full-length requests need.
+    #[arg(long, value_parser = parse_bytes)]
+    pub kv_cache_memory: Option<u64>,
+
+    /// Use exactly this many KV cache blocks (overrides --kv-cache-memory).
+    #[arg(long)]
+    pub num_gpu_blocks_override: Option<usize>,
+
+    /// Tokens per KV cache block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+
+    /// Compute threads (default: one per physical core).
+    #[arg(long, env = "VLLM_RS_THREADS")]
+    pub threads: Option<usize>,
+
+    /// Compute dtype. Only float32 is implemented (weights keep their stored format).
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+
+    /// Default sampling values and stop tokens: `auto` (the model's generation_config.json),
+    /// `vllm` (none), or a directory holding a generation_config.json.
+    #[arg(long, default_value = "auto")]
+    pub generation_config: String,
+
+    /// A chat template (a file, or the template text itself) replacing the model's.
+    #[arg(long)]
+    pub chat_template: Option<String>,
+
+    /// Seed for requests that do not set one.
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Largest `logprobs` / `prompt_logprobs` a request may ask for.
+    #[arg(long, default_value_t = 20)]
+    pub max_logprobs: usize,
+
+    /// What logprobs report.
+    #[arg(long, value_enum, default_value_t = LogprobsModeArg::RawLogprobs)]
+    pub logprobs_mode: LogprobsModeArg,
+
+    /// Order of waiting requests.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Fcfs)]
+    pub scheduling_policy: PolicyArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum LogprobsModeArg {
+    RawLogprobs,
+    RawLogits,
+    ProcessedLogprobs,
+    ProcessedLogits,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    Fcfs,
+    Priority,
+}
+
+impl EngineArgs {
+    pub fn prefix_caching(&self) -> bool {
+        !self.no_enable_prefix_caching
+    }
+
+    pub fn chunked_prefill(&self) -> bool {
+        !self.no_enable_chunked_prefill
+    }
+}
+
+/// `2GiB`, `1.5G`, `512MB`, `1048576` → bytes (binary multiples for `Ki/Mi/Gi`, decimal otherwise).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 4GiB, 512MB, 1073741824)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "ki" | "kib" => 1024.0,
+        "mi" | "mib" => 1024.0 * 1024.0,
+        "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit {other:?} in {s:?} (use B, KB, MB, GB, KiB, MiB, GiB)")),
+    };
+    Ok((value * mult) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("512MB"), Ok(512_000_000));
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("1.5G"), Ok(1_500_000_000));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("3 parsecs").is_err());
+    }
+}

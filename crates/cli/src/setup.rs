@@ -1,0 +1,175 @@
+//! From `--model` and engine options to a ready engine: resolve and fetch the model, load the
+//! weights, tokenizer, chat template and generation defaults, size the KV cache.
+
+use crate::args::{EngineArgs, LogprobsModeArg, PolicyArg};
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::info;
+use vllm_rs_engine::{EngineConfig, EngineCore, LogprobsMode, SchedulingPolicy, kv_blocks_for_bytes};
+use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
+use vllm_rs_kernels::attention::KvCache;
+
+/// Everything `serve`, `generate` and `bench` need about the model, plus the engine.
+pub struct Loaded {
+    /// The `--model` value as given (vLLM's default served model name).
+    pub model_arg: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    pub generation: Option<GenerationConfig>,
+    pub core: EngineCore,
+    pub max_logprobs: usize,
+    pub default_seed: Option<u64>,
+}
+
+pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
+    let t0 = Instant::now();
+    if !matches!(args.dtype.as_str(), "auto" | "float32" | "float") {
+        bail!("--dtype {}: only float32 compute is implemented (use auto or float32)", args.dtype);
+    }
+    if let Some(n) = args.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        vllm_rs_kernels::pool::init_global(n);
+    }
+    let tier = vllm_rs_kernels::isa::try_init().map_err(anyhow::Error::msg)?;
+    info!("compute: {} threads, {} kernels", vllm_rs_kernels::pool::global().n_threads(), tier.name());
+
+    let resolved = vllm_rs_hub::resolve(model).map_err(|e| anyhow::anyhow!("{e}"))?;
+    info!("model: {}", resolved.description);
+    let path = resolved.path.as_path();
+    let lm = vllm_rs_models::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tokenizer = Arc::new(
+        vllm_rs_frontend::load_tokenizer(path, lm.gguf.as_deref()).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
+    );
+    let generation = generation_config(&args.generation_config, path, lm.gguf.as_deref())?;
+    let chat_template = chat_template(args.chat_template.as_deref(), &tokenizer)?;
+
+    let info = lm.model.info().clone();
+    let max_model_len = match args.max_model_len {
+        Some(n) if n > info.max_position_embeddings => bail!(
+            "--max-model-len {n} is greater than the model's context length ({}); lower it",
+            info.max_position_embeddings
+        ),
+        Some(0) => bail!("--max-model-len must be positive"),
+        Some(n) => n,
+        None => info.max_position_embeddings,
+    };
+    let block_size = args.block_size;
+    if !(1..=1024).contains(&block_size) {
+        bail!("--block-size must be between 1 and 1024");
+    }
+    let num_blocks = match args.num_gpu_blocks_override {
+        Some(n) => n,
+        None => {
+            let bytes =
+                args.kv_cache_memory.unwrap_or_else(|| default_kv_bytes(&info, max_model_len, args.max_num_seqs));
+            kv_blocks_for_bytes(lm.model.as_ref(), block_size, bytes)
+        }
+    };
+    let per_block = KvCache::bytes_per_block(info.num_layers, block_size, info.num_kv_heads, info.head_dim);
+    let tokens = num_blocks * block_size;
+    info!(
+        "KV cache: {num_blocks} blocks of {block_size} tokens ({tokens} tokens, {:.1} MiB); maximum concurrency \
+         for {max_model_len} tokens per request: {:.2}x",
+        (num_blocks * per_block) as f64 / (1 << 20) as f64,
+        tokens as f64 / max_model_len as f64
+    );
+
+    let mut cfg = EngineConfig::new(max_model_len, num_blocks);
+    cfg.block_size = block_size;
+    cfg.max_num_seqs = args.max_num_seqs;
+    if let Some(n) = args.max_num_batched_tokens {
+        cfg.max_num_batched_tokens = n;
+    }
+    if !args.chunked_prefill() && cfg.max_num_batched_tokens < max_model_len {
+        bail!(
+            "without chunked prefill --max-num-batched-tokens ({}) must be at least --max-model-len ({max_model_len})",
+            cfg.max_num_batched_tokens
+        );
+    }
+    cfg.enable_prefix_caching = args.prefix_caching();
+    cfg.enable_chunked_prefill = args.chunked_prefill();
+    cfg.policy = match args.scheduling_policy {
+        PolicyArg::Fcfs => SchedulingPolicy::Fcfs,
+        PolicyArg::Priority => SchedulingPolicy::Priority,
+    };
+    cfg.logprobs_mode = match args.logprobs_mode {
+        LogprobsModeArg::RawLogprobs => LogprobsMode::RawLogprobs,
+        LogprobsModeArg::RawLogits => LogprobsMode::RawLogits,
+        LogprobsModeArg::ProcessedLogprobs => LogprobsMode::ProcessedLogprobs,
+        LogprobsModeArg::ProcessedLogits => LogprobsMode::ProcessedLogits,
+    };
+    cfg.eos_token_id = tokenizer.eos_token_id();
+    if let Some(g) = &generation {
+        cfg.generation_eos_ids = g.eos_token_ids.clone();
+    }
+    let core = EngineCore::new(lm.model, cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    info!("model ready in {:.2} s", t0.elapsed().as_secs_f64());
+    Ok(Loaded {
+        model_arg: model.unwrap_or(vllm_rs_hub::DEFAULT_MODEL).to_string(),
+        tokenizer,
+        chat_template,
+        generation,
+        core,
+        max_logprobs: args.max_logprobs,
+        default_seed: args.seed,
+    })
+}
+
+/// A quarter of the available memory, capped at what `max_num_seqs` full-length requests need,
+/// and at least one full-length request.
+fn default_kv_bytes(info: &vllm_rs_models::ModelInfo, max_model_len: usize, max_num_seqs: usize) -> u64 {
+    let per_token = KvCache::bytes_per_block(info.num_layers, 1, info.num_kv_heads, info.head_dim) as u64;
+    let one = per_token * (max_model_len as u64 + 16);
+    let all = one.saturating_mul(max_num_seqs as u64);
+    let quarter = available_memory().map_or(4 << 30, |m| m / 4);
+    all.min(quarter).max(one)
+}
+
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn generation_config(
+    arg: &str,
+    path: &Path,
+    gguf: Option<&vllm_rs_models::gguf::GgufFile>,
+) -> Result<Option<GenerationConfig>> {
+    Ok(match arg {
+        "vllm" => None,
+        "auto" => match gguf {
+            Some(g) => Some(GenerationConfig::from_gguf(g)?),
+            None => GenerationConfig::from_model_dir(path)?,
+        },
+        dir => Some(
+            GenerationConfig::from_model_dir(Path::new(dir))?
+                .with_context(|| format!("--generation-config {dir}: no generation_config.json there"))?,
+        ),
+    })
+}
+
+fn chat_template(arg: Option<&str>, tokenizer: &Tokenizer) -> Result<Option<Arc<ChatTemplate>>> {
+    let source = match arg {
+        Some(a) if Path::new(a).is_file() => {
+            Some(std::fs::read_to_string(a).with_context(|| format!("--chat-template {a}: cannot read"))?)
+        }
+        Some(a) if a.contains("{{") || a.contains("{%") => Some(a.to_string()),
+        Some(a) => bail!("--chat-template {a}: not a file, and does not look like a Jinja template"),
+        None => tokenizer.chat_template().map(str::to_string),
+    };
+    let Some(source) = source else { return Ok(None) };
+    let t = ChatTemplate::new(
+        &source,
+        tokenizer.bos_token().map(str::to_string),
+        tokenizer.eos_token().map(str::to_string),
+    )
+    .map_err(|e| anyhow::anyhow!("chat template: {e}"))?
+    .with_special_tokens(tokenizer.special_tokens_map());
+    Ok(Some(Arc::new(t)))
+}
