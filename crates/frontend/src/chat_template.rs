@@ -10,6 +10,7 @@
 use crate::error::{Error, Result};
 use crate::py_format::{JsonOptions, dumps, py_str};
 use crate::strftime;
+use crate::tokenizer::Tokenizer;
 use minijinja::value::{Kwargs, Rest, Value, from_args};
 use minijinja::{Environment, ErrorKind};
 use serde_json::Map;
@@ -68,6 +69,14 @@ impl ChatTemplate {
             }
         }
         Ok(ChatTemplate { env, source: source.to_string(), variables })
+    }
+
+    /// The tokenizer's chat template (its `tool_use` one when `with_tools` and it has one), with
+    /// all its named special tokens as variables, as transformers renders it. `None`: no template.
+    pub fn from_tokenizer(tokenizer: &Tokenizer, with_tools: bool) -> Result<Option<Self>> {
+        let Some(source) = tokenizer.chat_template_for(with_tools) else { return Ok(None) };
+        let template = Self::new(source, None, None)?.with_special_tokens(tokenizer.special_tokens_map());
+        Ok(Some(template))
     }
 
     /// Adds more special-token variables (`unk_token`, `pad_token`...; see

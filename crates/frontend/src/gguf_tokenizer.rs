@@ -13,17 +13,18 @@
 
 use crate::error::{Error, Result};
 use crate::tokenizer::Parts;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
+use tokenizers::normalizers::utils::Sequence as NormalizerSequence;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
@@ -299,14 +300,13 @@ fn build_sentencepiece(g: &GgufFile, v: &Vocabulary) -> std::result::Result<toke
         return Err(format!("tokenizer.ggml.scores has {} entries for {} tokens", scores.len(), v.tokens.len()));
     }
     let pieces: Vec<String> = v.tokens.iter().map(|t| spm_respell(t)).collect();
-    let mut ids: HashMap<&str, u32> = HashMap::with_capacity(pieces.len());
+    let mut vocab = Vocab::default();
     for (id, p) in pieces.iter().enumerate() {
-        if ids.insert(p.as_str(), id as u32).is_some() {
+        if vocab.insert(p.clone(), id as u32).is_some() {
             return Err(format!("token {p:?} appears twice in tokenizer.ggml.tokens"));
         }
     }
-    let merges = sentencepiece_merges(&pieces, &v.types, &scores, &ids);
-    let vocab: Vocab = pieces.iter().enumerate().map(|(id, p)| (p.clone(), id as u32)).collect();
+    let merges = sentencepiece_merges(&pieces, &v.types, &scores, |s| vocab.get(s).copied());
     let mut builder = BPE::builder().vocab_and_merges(vocab, merges).fuse_unk(true);
     if let Some(unk) = g.get_u64("tokenizer.ggml.unknown_token_id").and_then(|id| pieces.get(id as usize)) {
         builder = builder.unk_token(unk.clone());
@@ -315,9 +315,10 @@ fn build_sentencepiece(g: &GgufFile, v: &Vocabulary) -> std::result::Result<toke
     let has_bytes = v.types.contains(&BYTE);
     let bpe = builder.byte_fallback(has_bytes).build().map_err(|e| format!("cannot build the BPE model: {e}"))?;
     let mut tok = tokenizers::Tokenizer::new(bpe);
-    // llama.cpp's default for SentencePiece is to prefix the text with a space (Llama 2); Gemma's
-    // files switch it off. With the prefix, HF's Llama tokenizer uses Metaspace on the first
-    // section and strips that one space again when decoding.
+    // llama.cpp's default for SentencePiece is to put a space before the text and after every
+    // special or user-defined token (Llama 2); Gemma's files switch it off. HF's legacy Llama
+    // tokenizer does the same with a Prepend normalizer (it runs on each piece of text between
+    // added tokens), and strips that one space again when decoding.
     let add_space_prefix = match g.get("tokenizer.ggml.add_space_prefix") {
         None => true,
         Some(b) => b.as_bool().ok_or("tokenizer.ggml.add_space_prefix is not a boolean")?,
@@ -326,7 +327,8 @@ fn build_sentencepiece(g: &GgufFile, v: &Vocabulary) -> std::result::Result<toke
     let mut decoders: Vec<DecoderWrapper> =
         vec![replace_space("\u{2581}", " ")?.into(), ByteFallback::new().into(), Fuse::new().into()];
     if add_space_prefix {
-        tok.with_pre_tokenizer(Some(Metaspace::new(SPM_SPACE, PrependScheme::First, false)));
+        let prepend = Prepend::new(SPM_SPACE.to_string()).into();
+        tok.with_normalizer(Some(NormalizerSequence::new(vec![prepend, replace_space(" ", "\u{2581}")?.into()])));
         decoders.push(Strip::new(' ', 1, 0).into());
     } else {
         tok.with_normalizer(Some(replace_space(" ", "\u{2581}")?));
@@ -355,7 +357,7 @@ fn sentencepiece_merges(
     pieces: &[String],
     types: &[i64],
     scores: &[f32],
-    ids: &HashMap<&str, u32>,
+    id_of: impl Fn(&str) -> Option<u32>,
 ) -> Vec<(String, String)> {
     struct Cand {
         score: f32,
@@ -374,7 +376,7 @@ fn sentencepiece_merges(
         let mut local = Vec::new();
         let total_chars = piece.chars().count();
         for (k, (cut, _)) in piece.char_indices().enumerate().skip(1) {
-            if let (Some(&l), Some(&r)) = (ids.get(&piece[..cut]), ids.get(&piece[cut..])) {
+            if let (Some(l), Some(r)) = (id_of(&piece[..cut]), id_of(&piece[cut..])) {
                 local.push(Cand { score, left_chars: k, right_chars: total_chars - k, left: l, right: r });
             }
         }
@@ -411,12 +413,13 @@ mod tests {
 
     #[test]
     fn merges_rank_by_score_then_longer_left() {
+        use std::collections::HashMap;
         let pieces: Vec<String> =
             ["a", "b", "c", "ab", "bc", "abc", "\u{2581}\u{2581}", "\u{2581}"].map(String::from).to_vec();
         let types = [NORMAL, NORMAL, NORMAL, NORMAL, NORMAL, NORMAL, USER_DEFINED, NORMAL];
         let scores = [0.0, 0.0, 0.0, -2.0, -1.0, -3.0, -1000.0, 0.0];
         let ids: HashMap<&str, u32> = pieces.iter().enumerate().map(|(i, p)| (p.as_str(), i as u32)).collect();
-        let m = sentencepiece_merges(&pieces, &types, &scores, &ids);
+        let m = sentencepiece_merges(&pieces, &types, &scores, |s| ids.get(s).copied());
         let m: Vec<(&str, &str)> = m.iter().map(|(l, r)| (l.as_str(), r.as_str())).collect();
         // ▁▁ is user-defined: score 0 beats every normal piece here; abc: longer left first.
         assert_eq!(m, vec![("\u{2581}", "\u{2581}"), ("b", "c"), ("a", "b"), ("ab", "c"), ("a", "bc")]);

@@ -61,3 +61,12 @@ fn the_tokenizers_template_and_tokens_work_together() {
     let ids = tok.encode(&text, false).unwrap();
     assert_eq!(ids[..2], [2, 105]);
 }
+
+#[test]
+fn shared_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<vllm_rs_frontend::Tokenizer>();
+    assert_send_sync::<ChatTemplate>();
+    assert_send_sync::<vllm_rs_frontend::IncrementalDetokenizer>();
+    assert_send_sync::<vllm_rs_frontend::StopStrings>();
+}
