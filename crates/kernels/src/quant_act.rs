@@ -30,6 +30,7 @@ pub struct ActRow<'a> {
 
 impl QuantizedActs {
     /// Quantizes `x` (`m × k`, `k` a multiple of 32) into `self`, reusing its buffers.
+    /// Rounding is to nearest, ties to even, on every tier (so all tiers agree bit for bit).
     pub fn quantize_into(&mut self, x: &[f32], m: usize, k: usize) {
         assert_eq!(k % QA_BLOCK, 0, "activation length {k} is not a multiple of {QA_BLOCK}");
         assert_eq!(x.len(), m * k);
@@ -38,13 +39,23 @@ impl QuantizedActs {
         self.q.resize(m * k, 0);
         self.d.resize(m * k / QA_BLOCK, 0.0);
         self.sum16.resize(m * k / 16, 0);
+        #[cfg(target_arch = "x86_64")]
+        if matches!(crate::isa::tier(), crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+            // SAFETY: the tier guarantees AVX2; buffer sizes were set just above.
+            unsafe { x86::quantize(x, &mut self.q, &mut self.d, &mut self.sum16) };
+            return;
+        }
+        self.quantize_scalar(x);
+    }
+
+    fn quantize_scalar(&mut self, x: &[f32]) {
         for (b, xb) in x.chunks_exact(QA_BLOCK).enumerate() {
             let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
             let (d, id) = if amax > 0.0 { (amax / 32767.0, 32767.0 / amax) } else { (0.0, 0.0) };
             self.d[b] = d;
             let qb = &mut self.q[b * QA_BLOCK..(b + 1) * QA_BLOCK];
             for (q, v) in qb.iter_mut().zip(xb) {
-                *q = (v * id).round().clamp(-32767.0, 32767.0) as i16;
+                *q = (v * id).round_ties_even().clamp(-32767.0, 32767.0) as i16;
             }
             self.sum16[2 * b] = qb[..16].iter().map(|&v| v as i32).sum();
             self.sum16[2 * b + 1] = qb[16..].iter().map(|&v| v as i32).sum();
@@ -73,10 +84,71 @@ impl QuantizedActs {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::QA_BLOCK;
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize(x: &[f32], q: &mut [i16], d: &mut [f32], sum16: &mut [i32]) {
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        for (b, xb) in x.chunks_exact(QA_BLOCK).enumerate() {
+            // SAFETY: xb has 32 values; q/d/sum16 were sized for every block.
+            unsafe {
+                let p = xb.as_ptr();
+                let v = [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ];
+                let mut m = _mm256_and_ps(v[0], abs_mask);
+                for vi in &v[1..] {
+                    m = _mm256_max_ps(m, _mm256_and_ps(*vi, abs_mask));
+                }
+                let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+                let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+                let (db, id) = if amax > 0.0 { (amax / 32767.0, 32767.0 / amax) } else { (0.0, 0.0) };
+                *d.get_unchecked_mut(b) = db;
+                let idv = _mm256_set1_ps(id);
+                // cvtps rounds to nearest-even (default MXCSR), as round_ties_even does; |v·id| ≤ 32767.
+                let i: [__m256i; 4] = [0, 1, 2, 3].map(|t| _mm256_cvtps_epi32(_mm256_mul_ps(v[t], idv)));
+                let lo = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(i[0], i[1]));
+                let hi = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(i[2], i[3]));
+                let out = q.as_mut_ptr().add(b * QA_BLOCK);
+                _mm256_storeu_si256(out as *mut __m256i, lo);
+                _mm256_storeu_si256(out.add(16) as *mut __m256i, hi);
+                let ones = _mm256_set1_epi16(1);
+                for (h, half) in [lo, hi].into_iter().enumerate() {
+                    let s = _mm256_madd_epi16(half, ones);
+                    let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                    let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+                    let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2));
+                    *sum16.get_unchecked_mut(2 * b + h) = _mm_cvtsi128_si32(s1);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::rand_vec;
+
+    #[test]
+    fn simd_and_scalar_quantization_agree_exactly() {
+        let mut x = rand_vec(8 * 96, 3);
+        x[40] = 0.5 / 32767.0 * 3.0; // values landing on .5 steps exercise ties
+        x[100..132].iter_mut().for_each(|v| *v = 0.0);
+        let simd = QuantizedActs::quantize(&x, 8, 96);
+        let mut scalar = QuantizedActs { m: 8, k: 96, q: vec![0; 8 * 96], d: vec![0.0; 8 * 3], sum16: vec![0; 8 * 6] };
+        scalar.quantize_scalar(&x);
+        assert_eq!(simd.q, scalar.q);
+        assert_eq!(simd.d, scalar.d);
+        assert_eq!(simd.sum16, scalar.sum16);
+    }
 
     #[test]
     fn error_is_within_half_a_step_and_sums_are_exact() {
