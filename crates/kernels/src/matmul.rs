@@ -62,9 +62,27 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
     let per = (n.div_ceil(threads * 4)).next_multiple_of(4).clamp(4, 64);
     let n_tasks = n.div_ceil(per);
     let out_ptr = SyncPtr(out.as_mut_ptr());
+    let fused = m <= FUSED_MAX_M && matches!(tier, Tier::Avx2 | Tier::Avx512) && !w.ty.is_quantized();
+    let rb = w.row_bytes();
     pool::global().run(n_tasks, &|t| {
         let j0 = t * per;
         let j1 = (j0 + per).min(n);
+        if fused {
+            #[cfg(target_arch = "x86_64")]
+            for i in 0..m {
+                let mut j = j0;
+                while j < j1 {
+                    let r = (j1 - j).min(4);
+                    // SAFETY: disjoint output columns per task; rows j..j+r exist; tier checked.
+                    unsafe {
+                        let o = std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j), r);
+                        x86::dense_dot_rows(w.ty, &x[i * k..(i + 1) * k], w.bytes().as_ptr().add(j * rb), rb, o);
+                    }
+                    j += r;
+                }
+            }
+            return;
+        }
         PANEL.with(|p| {
             let mut panel = p.borrow_mut();
             let need = (j1 - j0) * k;
@@ -73,15 +91,23 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
             }
             let panel = &mut panel[..need];
             dequantize_rows(tier, w, j0, j1, panel);
-            for i in 0..m {
-                let xi = &x[i * k..(i + 1) * k];
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(2);
                 // SAFETY: this task alone writes columns j0..j1 of every output row.
-                let orow = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j0), j1 - j0) };
-                dot_rows(tier, xi, panel, k, orow);
+                let orows: Vec<&mut [f32]> = (i..i + rows)
+                    .map(|ii| unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(ii * n + j0), j1 - j0) })
+                    .collect();
+                dot_rows(tier, &x[i * k..(i + rows) * k], rows, panel, k, orows);
+                i += rows;
             }
         });
     });
 }
+
+/// Up to this many activation rows, dense weights are converted in registers (decode); more
+/// rows share a converted f32 panel (prefill). Both reduce in the same order.
+const FUSED_MAX_M: usize = 4;
 
 /// Dequantizes rows `j0..j1` of `w` into `panel` (row-major f32).
 fn dequantize_rows(tier: Tier, w: &Weight, j0: usize, j1: usize, panel: &mut [f32]) {
@@ -96,19 +122,19 @@ fn dequantize_rows(tier: Tier, w: &Weight, j0: usize, j1: usize, panel: &mut [f3
     }
 }
 
-/// `out[j] = dot(x, panel[j*k..(j+1)*k])` for every row of the panel.
-fn dot_rows(tier: Tier, x: &[f32], panel: &[f32], k: usize, out: &mut [f32]) {
+/// `outs[i][j] = dot(x row i, panel row j)` for `rows` (1 or 2) activation rows.
+fn dot_rows(tier: Tier, x: &[f32], rows: usize, panel: &[f32], k: usize, mut outs: Vec<&mut [f32]>) {
     match tier {
         #[cfg(target_arch = "x86_64")]
-        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(x, panel, k, out) },
-        _ => scalar_dot_rows(x, panel, k, out),
-    }
-}
-
-/// Scalar reduction with the same lane structure as the SIMD tiers (8 partial sums).
-fn scalar_dot_rows(x: &[f32], panel: &[f32], k: usize, out: &mut [f32]) {
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = scalar_dot(x, &panel[j * k..(j + 1) * k]);
+        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(x, rows, panel, k, outs) },
+        _ => {
+            for (i, out) in outs.iter_mut().enumerate() {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = scalar_dot(&x[i * k..(i + 1) * k], &panel[j * k..(j + 1) * k]);
+                }
+            }
+            let _ = rows;
+        }
     }
 }
 
@@ -117,7 +143,7 @@ pub(crate) fn scalar_dot(x: &[f32], w: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     for (xc, wc) in x[..k8].chunks_exact(8).zip(w[..k8].chunks_exact(8)) {
         for l in 0..8 {
-            acc[l] += xc[l] * wc[l];
+            acc[l] = xc[l].mul_add(wc[l], acc[l]);
         }
     }
     let mut s = hsum8(&acc);
@@ -138,6 +164,7 @@ pub(crate) use x86::hsum as x86_hsum;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::GgmlType;
     use std::arch::x86_64::*;
 
     /// Horizontal sum in the same association as `scalar_dot`.
@@ -150,44 +177,105 @@ mod x86 {
         _mm_cvtss_f32(s1)
     }
 
+    /// Panel rows against one or two activation rows: a 2×4 tile of 8-lane accumulators,
+    /// each (row, column) reduced exactly as in the 1×1 case.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_rows(x: &[f32], panel: &[f32], k: usize, out: &mut [f32]) {
+    pub(super) unsafe fn dot_rows(x: &[f32], rows: usize, panel: &[f32], k: usize, mut outs: Vec<&mut [f32]>) {
         let k8 = k / 8 * 8;
-        let xp = x.as_ptr();
+        let n = outs[0].len();
+        assert!(panel.len() >= n * k && x.len() >= rows * k && outs.len() == rows);
+        let x0 = x.as_ptr();
+        let x1 = if rows == 2 { unsafe { x0.add(k) } } else { x0 };
         let mut j = 0;
-        // Four weight rows at a time: independent accumulators hide FMA latency.
-        while j + 4 <= out.len() {
+        while j < n {
+            let r = (n - j).min(4);
             let w0 = unsafe { panel.as_ptr().add(j * k) };
-            let (w1, w2, w3) = unsafe { (w0.add(k), w0.add(2 * k), w0.add(3 * k)) };
-            let (mut a0, mut a1, mut a2, mut a3) =
-                (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut a = [[_mm256_setzero_ps(); 4]; 2];
             let mut i = 0;
             while i < k8 {
+                // SAFETY: i + 8 ≤ k8 ≤ k; rows j..j+r of the panel exist.
                 unsafe {
-                    let xv = _mm256_loadu_ps(xp.add(i));
-                    a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w0.add(i)), a0);
-                    a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w1.add(i)), a1);
-                    a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w2.add(i)), a2);
-                    a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w3.add(i)), a3);
+                    let xv0 = _mm256_loadu_ps(x0.add(i));
+                    let xv1 = _mm256_loadu_ps(x1.add(i));
+                    for rr in 0..r {
+                        let wv = _mm256_loadu_ps(w0.add(rr * k + i));
+                        a[0][rr] = _mm256_fmadd_ps(xv0, wv, a[0][rr]);
+                        a[1][rr] = _mm256_fmadd_ps(xv1, wv, a[1][rr]);
+                    }
                 }
                 i += 8;
             }
-            for (r, a) in [a0, a1, a2, a3].into_iter().enumerate() {
-                let w = &panel[(j + r) * k..(j + r + 1) * k];
-                out[j + r] = tail(hsum(a), x, w, k8);
+            for (ii, out) in outs.iter_mut().enumerate() {
+                for rr in 0..r {
+                    let w = &panel[(j + rr) * k..(j + rr + 1) * k];
+                    out[j + rr] = tail(hsum(a[ii][rr]), &x[ii * k..(ii + 1) * k], w, k8);
+                }
             }
-            j += 4;
+            j += r;
         }
-        while j < out.len() {
-            let w = &panel[j * k..(j + 1) * k];
-            let mut a = _mm256_setzero_ps();
-            let mut i = 0;
-            while i < k8 {
-                unsafe { a = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(i)), _mm256_loadu_ps(w.as_ptr().add(i)), a) };
-                i += 8;
+    }
+
+    /// One activation row against up to four weight rows stored as f32/f16/bf16, converted in
+    /// registers; the same reduction as the panel path.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dense_dot_rows(ty: GgmlType, x: &[f32], w: *const u8, rb: usize, out: &mut [f32]) {
+        match ty {
+            GgmlType::F32 => unsafe { dense::<0>(x, w, rb, out) },
+            GgmlType::F16 => unsafe { dense::<1>(x, w, rb, out) },
+            GgmlType::BF16 => unsafe { dense::<2>(x, w, rb, out) },
+            _ => unreachable!("quantized weights take the int16 path"),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8<const T: u8>(p: *const u8, i: usize) -> __m256 {
+        unsafe {
+            match T {
+                0 => _mm256_loadu_ps((p as *const f32).add(i)),
+                1 => _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i)),
+                _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+                    p.add(2 * i) as *const __m128i
+                )))),
             }
-            out[j] = tail(hsum(a), x, w, k8);
-            j += 1;
+        }
+    }
+
+    #[inline]
+    fn load1<const T: u8>(p: *const u8, i: usize) -> f32 {
+        // SAFETY: i < k, the row's length.
+        unsafe {
+            match T {
+                0 => (p as *const f32).add(i).read_unaligned(),
+                1 => half::f16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32(),
+                _ => f32::from_bits(((p as *const u16).add(i).read_unaligned() as u32) << 16),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dense<const T: u8>(x: &[f32], w: *const u8, rb: usize, out: &mut [f32]) {
+        let k = x.len();
+        let k8 = k / 8 * 8;
+        let r = out.len();
+        let mut a = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < k8 {
+            // SAFETY: the caller vouched for r rows of k elements.
+            unsafe {
+                let xv = _mm256_loadu_ps(x.as_ptr().add(i));
+                for (rr, acc) in a.iter_mut().enumerate().take(r) {
+                    *acc = _mm256_fmadd_ps(xv, load8::<T>(w.add(rr * rb), i), *acc);
+                }
+            }
+            i += 8;
+        }
+        for (rr, o) in out.iter_mut().enumerate() {
+            let mut s = hsum(a[rr]);
+            for t in k8..k {
+                s += x[t] * load1::<T>(unsafe { w.add(rr * rb) }, t);
+            }
+            *o = s;
         }
     }
 
@@ -270,16 +358,23 @@ mod tests {
     }
 
     #[test]
-    fn row_results_do_not_depend_on_batch_size() {
-        for tier in Tier::available() {
-            let w = quantize_random(GgmlType::Q4K, 70, 256, 3);
-            let x = rand_vec(9 * 256, 5);
-            let mut all = vec![0f32; 9 * 70];
-            matmul_dense(tier, &x, 9, &w, &mut all);
-            for i in 0..9 {
-                let mut one = vec![0f32; 70];
-                matmul_dense(tier, &x[i * 256..(i + 1) * 256], 1, &w, &mut one);
-                assert_eq!(one, all[i * 70..(i + 1) * 70], "{tier:?} row {i}");
+    fn row_results_do_not_depend_on_batch_size_and_tiers_agree() {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4K] {
+            // k = 260 has a tail after the last full 8-lane step.
+            let k = if ty.is_quantized() { 256 } else { 260 };
+            let w = quantize_random(ty, 70, k, 3);
+            let x = rand_vec(9 * k, 5);
+            let mut reference_out = vec![0f32; 9 * 70];
+            matmul_dense(Tier::Scalar, &x, 9, &w, &mut reference_out);
+            for tier in Tier::available() {
+                let mut all = vec![0f32; 9 * 70];
+                matmul_dense(tier, &x, 9, &w, &mut all);
+                assert_eq!(all, reference_out, "{tier:?} {} differs from scalar", ty.name());
+                for i in 0..9 {
+                    let mut one = vec![0f32; 70];
+                    matmul_dense(tier, &x[i * k..(i + 1) * k], 1, &w, &mut one);
+                    assert_eq!(one, all[i * 70..(i + 1) * 70], "{tier:?} {} row {i}", ty.name());
+                }
             }
         }
     }
