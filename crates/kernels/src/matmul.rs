@@ -197,10 +197,11 @@ mod x86 {
                 unsafe {
                     let xv0 = _mm256_loadu_ps(x0.add(i));
                     let xv1 = _mm256_loadu_ps(x1.add(i));
-                    for rr in 0..r {
+                    let [a0, a1] = &mut a;
+                    for (rr, (c0, c1)) in a0.iter_mut().zip(a1.iter_mut()).enumerate().take(r) {
                         let wv = _mm256_loadu_ps(w0.add(rr * k + i));
-                        a[0][rr] = _mm256_fmadd_ps(xv0, wv, a[0][rr]);
-                        a[1][rr] = _mm256_fmadd_ps(xv1, wv, a[1][rr]);
+                        *c0 = _mm256_fmadd_ps(xv0, wv, *c0);
+                        *c1 = _mm256_fmadd_ps(xv1, wv, *c1);
                     }
                 }
                 i += 8;
@@ -272,8 +273,8 @@ mod x86 {
         }
         for (rr, o) in out.iter_mut().enumerate() {
             let mut s = hsum(a[rr]);
-            for t in k8..k {
-                s += x[t] * load1::<T>(unsafe { w.add(rr * rb) }, t);
+            for (t, &xt) in x.iter().enumerate().skip(k8) {
+                s += xt * load1::<T>(unsafe { w.add(rr * rb) }, t);
             }
             *o = s;
         }
