@@ -96,6 +96,7 @@ pub fn paged_attention(
         }
     }
     let out_ptr = SyncPtr(out.as_mut_ptr());
+    let vec_ops = VecOps(crate::isa::tier());
     pool::global().run(tasks.len(), &|ti| {
         let (s, kvh, c0, c1) = tasks[ti];
         let seq = &seqs[s];
@@ -113,7 +114,7 @@ pub fn paged_attention(
                     for (i, s) in sc.iter_mut().enumerate() {
                         let slot = slot_of(seq.block_table, block_size, first + i);
                         let kv = &cache.k[slot * kv_row + kvh * hd..slot * kv_row + (kvh + 1) * hd];
-                        let mut x = crate::matmul::scalar_dot(qv, kv) * p.scale;
+                        let mut x = vec_ops.dot(qv, kv) * p.scale;
                         if let Some(cap) = p.softcap {
                             x = (x / cap).tanh() * cap;
                         }
@@ -124,9 +125,7 @@ pub fn paged_attention(
                     for (i, &w) in sc.iter().enumerate() {
                         let slot = slot_of(seq.block_table, block_size, first + i);
                         let vv = &cache.v[slot * kv_row + kvh * hd..slot * kv_row + (kvh + 1) * hd];
-                        for (a, v) in acc.iter_mut().zip(vv) {
-                            *a += w * v;
-                        }
+                        vec_ops.axpy(acc, w, vv);
                     }
                     // SAFETY: each (token, head) output row is written by exactly one task.
                     let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * q_row + h * hd), hd) };
@@ -139,6 +138,78 @@ pub fn paged_attention(
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The two vector loops of attention, on the process's tier.
+#[derive(Clone, Copy)]
+struct VecOps(crate::isa::Tier);
+
+impl VecOps {
+    #[inline]
+    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+            // SAFETY: the tier guarantees AVX2 and FMA.
+            return unsafe { x86::dot(a, b) };
+        }
+        crate::matmul::scalar_dot(a, b)
+    }
+
+    /// `acc += w · v`.
+    #[inline]
+    fn axpy(self, acc: &mut [f32], w: f32, v: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+            // SAFETY: as above.
+            return unsafe { x86::axpy(acc, w, v) };
+        }
+        for (a, x) in acc.iter_mut().zip(v) {
+            *a = w.mul_add(*x, *a);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n8 = a.len().min(b.len()) / 8 * 8;
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 ≤ n8 ≤ both lengths.
+            unsafe {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), acc)
+            };
+            i += 8;
+        }
+        let mut s = crate::matmul::x86_hsum(acc);
+        for t in n8..a.len().min(b.len()) {
+            s += a[t] * b[t];
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn axpy(acc: &mut [f32], w: f32, v: &[f32]) {
+        let n = acc.len().min(v.len());
+        let n8 = n / 8 * 8;
+        let wv = _mm256_set1_ps(w);
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 ≤ n8 ≤ both lengths.
+            unsafe {
+                let p = acc.as_mut_ptr().add(i);
+                _mm256_storeu_ps(p, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v.as_ptr().add(i)), _mm256_loadu_ps(p)));
+            }
+            i += 8;
+        }
+        for t in n8..n {
+            acc[t] = w.mul_add(v[t], acc[t]);
+        }
+    }
 }
 
 #[inline]
