@@ -117,3 +117,18 @@ fn load_tokenizer_prefers_the_directory_then_the_gguf() {
     assert_eq!(from_dir.encode(text, false).unwrap(), from_gguf.encode(text, false).unwrap());
     assert_eq!(from_gguf.eos_token(), Some("<|im_end|>"));
 }
+
+/// MiniLM's tokenizer.json pads and truncates to 128 tokens for batch embedding; a serving
+/// tokenizer returns exactly the text's ids.
+#[test]
+fn padding_and_truncation_are_switched_off() {
+    let dir = vllm_rs_testutil::models_dir().join("hf/all-MiniLM-L6-v2");
+    assert!(dir.exists(), "{} is missing: run scripts/fetch_test_models.sh", dir.display());
+    let raw: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("tokenizer.json")).unwrap()).unwrap();
+    assert!(!raw["padding"].is_null() && !raw["truncation"].is_null(), "the file does carry both");
+    let tok = vllm_rs_frontend::Tokenizer::from_hf_dir(&dir).unwrap();
+    let ids = tok.encode("hello world", true).unwrap();
+    assert_eq!(ids, vec![101, 7592, 2088, 102], "[CLS] hello world [SEP]");
+    let long = "word ".repeat(300);
+    assert!(tok.encode(&long, true).unwrap().len() > 300);
+}
