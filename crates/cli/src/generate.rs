@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use vllm_rs_engine::{EngineRequest, FinishReason, SamplingParams};
-use vllm_rs_frontend::{IncrementalDetokenizer, StopStrings};
+use vllm_rs_frontend::{OutputOptions, OutputProcessor};
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -149,11 +149,7 @@ fn tokenize(a: &GenerateArgs, l: &Loaded, p: &Prompt) -> Result<Vec<u32>> {
 
 struct Output {
     prompt_ids: Vec<u32>,
-    token_ids: Vec<u32>,
-    text: String,
-    finish: Option<FinishReason>,
-    detok: IncrementalDetokenizer,
-    stop: StopStrings,
+    proc: OutputProcessor,
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
@@ -177,47 +173,21 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             })
             .map_err(|e| anyhow::anyhow!("prompt {}: {e}", i + 1))?;
         index.insert(id, i);
-        outs.push(Output {
-            detok: IncrementalDetokenizer::new(l.tokenizer.clone(), &prompt_ids, true)?,
-            stop: StopStrings::new(a.stop.clone(), false)?,
-            prompt_ids,
-            token_ids: Vec::new(),
-            text: String::new(),
-            finish: None,
-        });
+        let opts = OutputOptions { stop: a.stop.clone(), ..OutputOptions::default() };
+        outs.push(Output { proc: OutputProcessor::new(l.tokenizer.clone(), &prompt_ids, &opts)?, prompt_ids });
     }
     let t0 = std::time::Instant::now();
     while l.core.has_unfinished() {
         for o in l.core.step() {
-            let i = index[&o.request_id];
-            let out = &mut outs[i];
-            if out.finish.is_some() {
-                continue;
-            }
-            for &t in &o.new_token_ids {
-                out.token_ids.push(t);
-                let delta = out.detok.push(t)?;
-                let s = out.stop.push(&delta);
-                out.text.push_str(&s.text);
-                if s.stopped.is_some() {
-                    out.finish = Some(FinishReason::Stop);
-                    l.core.abort(std::slice::from_ref(&o.request_id), FinishReason::Stop);
-                    break;
-                }
-            }
-            if out.finish.is_none() && o.finish_reason.is_some() {
-                let tail = out.detok.flush()?;
-                let s = out.stop.push(&tail);
-                out.text.push_str(&s.text);
-                if s.stopped.is_none() {
-                    out.text.push_str(&out.stop.flush());
-                }
-                out.finish = if s.stopped.is_some() { Some(FinishReason::Stop) } else { o.finish_reason };
+            let id = o.request_id.clone();
+            let d = outs[index[&id]].proc.process(o)?;
+            if d.needs_abort {
+                l.core.abort(&[id], FinishReason::Stop);
             }
         }
     }
     let secs = t0.elapsed().as_secs_f64();
-    let generated: usize = outs.iter().map(|o| o.token_ids.len()).sum();
+    let generated: usize = outs.iter().map(|o| o.proc.token_ids.len()).sum();
     tracing::info!("generated {generated} tokens in {secs:.2} s ({:.1} tok/s)", generated as f64 / secs.max(1e-9));
     print_outputs(&a, &prompts, &outs)
 }
@@ -225,7 +195,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
 fn print_outputs(a: &GenerateArgs, prompts: &[Prompt], outs: &[Output]) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     for (p, o) in prompts.iter().zip(outs) {
-        let finish = o.finish.map(|f| f.as_str());
+        let finish = o.proc.finish_reason().map(|f| f.as_str());
         if a.json {
             let prompt = match p {
                 Prompt::Text(t) => json!(t),
@@ -234,8 +204,8 @@ fn print_outputs(a: &GenerateArgs, prompts: &[Prompt], outs: &[Output]) -> Resul
             let line = json!({
                 "prompt": prompt,
                 "prompt_token_ids": o.prompt_ids,
-                "token_ids": o.token_ids,
-                "text": o.text,
+                "token_ids": o.proc.token_ids,
+                "text": o.proc.text,
                 "finish_reason": finish,
             });
             writeln!(stdout, "{line}")?;
@@ -247,7 +217,7 @@ fn print_outputs(a: &GenerateArgs, prompts: &[Prompt], outs: &[Output]) -> Resul
                 };
                 writeln!(stdout, "=== {shown}")?;
             }
-            writeln!(stdout, "{}", o.text)?;
+            writeln!(stdout, "{}", o.proc.text)?;
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod generate;
+mod serve;
 mod setup;
 
 use clap::{Parser, Subcommand};
@@ -17,7 +18,7 @@ use std::process::ExitCode;
                   (paged KV cache, continuous batching, chunked prefill, prefix caching), on CPUs.\n\n\
                   Models: a local HF directory, a local .gguf file, a catalog name (smollm2, qwen05, \
                   qwen15, gemma3; fetched on first use), or a Hugging Face repo id (org/name).",
-    after_help = "Examples:\n  vllm-rs generate --prompt \"The capital of France is\"\n  \
+    after_help = "Examples:\n  vllm-rs serve --port 8000\n  vllm-rs serve qwen05 --served-model-name qwen --api-key secret\n  vllm-rs generate --prompt \"The capital of France is\"\n  \
                   vllm-rs generate --model qwen05 --chat --prompt \"Write a haiku about Rust\"\n  \
                   vllm-rs bench throughput --model smollm2 --num-prompts 64\n  vllm-rs pull gemma3"
 )]
@@ -32,6 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve a model behind vLLM's OpenAI-compatible HTTP API.
+    Serve(Box<serve::ServeArgs>),
     /// Generate text for one or more prompts (offline batch).
     Generate(generate::GenerateArgs),
     /// Benchmarks shaped like `vllm bench`.
@@ -60,12 +63,14 @@ fn init_logging(level: &str) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    let started = std::time::Instant::now();
     let cli = Cli::parse();
     if let Err(e) = init_logging(&cli.log_level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
     let result = match cli.command {
+        Command::Serve(a) => serve::run(*a, started),
         Command::Generate(a) => generate::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Pull { model } => vllm_rs_hub::resolve(model.as_deref())

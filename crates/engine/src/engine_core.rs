@@ -174,6 +174,7 @@ impl EngineCore {
         req.skip_reading_prefix_cache = p.prompt_logprobs.is_some();
         self.runner.add_request(&r.request_id, r.params, all_stop);
         self.scheduler.add_request(req);
+        self.stats.record_gauges(&self.scheduler);
         Ok(())
     }
 
@@ -184,6 +185,7 @@ impl EngineCore {
             self.runner.remove_request(id);
             self.stats.record_finished(reason);
         }
+        self.stats.record_gauges(&self.scheduler);
         live
     }
 

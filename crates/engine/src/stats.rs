@@ -32,9 +32,7 @@ pub struct EngineStats {
 
 impl EngineStats {
     pub fn record_step(&mut self, out: &SchedulerOutput, sched: &Scheduler, generated: usize, took: Duration) {
-        self.num_running = sched.num_running();
-        self.num_waiting = sched.num_waiting();
-        self.kv_cache_usage = sched.kv.usage();
+        self.record_gauges(sched);
         self.generation_tokens_total += generated as u64;
         self.prefix_cache_queries_total = sched.kv.stats.queries;
         self.prefix_cache_hits_total = sched.kv.stats.hits;
@@ -43,6 +41,14 @@ impl EngineStats {
             self.num_steps += 1;
             self.busy_seconds += took.as_secs_f64();
         }
+    }
+
+    /// The gauges (running, waiting, KV usage) as the scheduler has them now: after a step, and
+    /// after requests were added or aborted between steps.
+    pub fn record_gauges(&mut self, sched: &Scheduler) {
+        self.num_running = sched.num_running();
+        self.num_waiting = sched.num_waiting();
+        self.kv_cache_usage = sched.kv.usage();
     }
 
     pub fn record_prefill(&mut self, prompt_tokens: usize, cached_tokens: usize) {

@@ -1,14 +1,27 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! vLLM's OpenAI-compatible HTTP server on top of the vllm.rs engine: `/v1/completions`,
+//! `/v1/chat/completions` (streaming and not), `/v1/models`, `/tokenize`, `/detokenize`,
+//! `/health`, `/version` and `/metrics`, with vLLM's request fields, defaults, response shapes,
+//! error bodies and metric names.
+//!
+//! [`serve`] listens at once, loads the model on a blocking thread (`/health` answers 503 until
+//! it is ready), and on SIGINT/SIGTERM stops accepting, lets in-flight requests finish within the
+//! grace period, stops the engine and returns.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod errors;
+pub mod generation;
+pub mod json_body;
+pub mod metrics;
+pub mod prompt;
+pub mod protocol;
+pub mod routes;
+pub mod sampling;
+pub mod shutdown;
+pub mod sse;
+pub mod state;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use config::{CorsConfig, Limits, ServerConfig};
+pub use shutdown::serve;
+pub use state::{AppState, ModelContext, SamplingDefaults};

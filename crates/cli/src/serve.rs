@@ -1,0 +1,193 @@
+//! `vllm-rs serve [MODEL]`: the OpenAI-compatible server, with `vllm serve`'s flags.
+
+use crate::args::{EngineArgs, PolicyArg, parse_bytes};
+use crate::setup;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::info;
+use vllm_rs_engine::EngineHandle;
+use vllm_rs_server::metrics::Metrics;
+use vllm_rs_server::{AppState, CorsConfig, Limits, ModelContext, SamplingDefaults, ServerConfig};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Model: local HF directory, .gguf file, catalog name (smollm2, qwen05, qwen15, gemma3) or
+    /// Hugging Face repo id (org/name). Default: SmolLM2-135M-Instruct.
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
+
+    /// The model, as a flag (vLLM's older spelling); same as the positional MODEL.
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_flag: Option<String>,
+
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub host: String,
+
+    /// Port to listen on (0: any free port; the log says which).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+
+    /// Names clients may use in `model` (the first is the one responses report). Default: MODEL
+    /// as given.
+    #[arg(long, num_args = 1..)]
+    pub served_model_name: Vec<String>,
+
+    /// Require `Authorization: Bearer KEY` (one of these keys) on every route except /health.
+    /// Default: $VLLM_API_KEY when set.
+    #[arg(long, num_args = 1..)]
+    pub api_key: Vec<String>,
+
+    /// CORS: allowed origins, as a JSON list (vLLM's form, e.g. '["*"]') or plain values.
+    /// Default: none (no cross-origin browser access).
+    #[arg(long, num_args = 1..)]
+    pub allowed_origins: Vec<String>,
+
+    /// CORS: allowed methods (JSON list or plain values).
+    #[arg(long, num_args = 1.., default_value = "[\"*\"]")]
+    pub allowed_methods: Vec<String>,
+
+    /// CORS: allowed headers (JSON list or plain values).
+    #[arg(long, num_args = 1.., default_value = "[\"*\"]")]
+    pub allowed_headers: Vec<String>,
+
+    /// CORS: allow credentials.
+    #[arg(long)]
+    pub allow_credentials: bool,
+
+    /// Role of generated chat messages.
+    #[arg(long, default_value = "assistant")]
+    pub response_role: String,
+
+    /// Accept a `chat_template` field in chat requests.
+    #[arg(long)]
+    pub trust_request_chat_template: bool,
+
+    /// Report `prompt_tokens_details.cached_tokens` in usage.
+    #[arg(long)]
+    pub enable_prompt_tokens_details: bool,
+
+    /// Stream usage on every streaming request, whatever `stream_options` says.
+    #[arg(long)]
+    pub enable_force_include_usage: bool,
+
+    /// Name logprob tokens `token_id:N` unless a request says otherwise.
+    #[arg(long)]
+    pub return_tokens_as_token_ids: bool,
+
+    /// Send a `: keep-alive` SSE comment after this many idle seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub sse_keep_alive_interval: u64,
+
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are aborted.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+
+    /// Longest prompt accepted, in characters, checked before tokenizing (0: no limit).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_prompt_chars: usize,
+
+    /// Most new tokens one sequence may ask for, and the default cap when it does not say
+    /// (0: only the context length limits it).
+    #[arg(long, default_value_t = 0)]
+    pub max_new_tokens: usize,
+
+    /// Largest request body accepted, e.g. 32MiB (0: no limit).
+    #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
+    pub max_request_body_bytes: u64,
+
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// `["a", "b"]` (vLLM's JSON form) or plain values.
+fn list_arg(values: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for v in values {
+        let t = v.trim();
+        if t.starts_with('[') {
+            let list: Vec<String> =
+                serde_json::from_str(t).with_context(|| format!("{v:?} is not a JSON list of strings"))?;
+            out.extend(list);
+        } else {
+            out.push(t.to_string());
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
+    let model_arg = a.model.clone().or_else(|| a.model_flag.clone());
+    let shown = model_arg.clone().unwrap_or_else(|| vllm_rs_hub::DEFAULT_MODEL.to_string());
+    let served_model_names =
+        if a.served_model_name.is_empty() { vec![shown.clone()] } else { a.served_model_name.clone() };
+    let mut api_keys: Vec<String> = a.api_key.iter().filter(|k| !k.is_empty()).cloned().collect();
+    if api_keys.is_empty()
+        && let Ok(k) = std::env::var("VLLM_API_KEY")
+        && !k.is_empty()
+    {
+        api_keys.push(k);
+    }
+    let config = ServerConfig {
+        served_model_names: served_model_names.clone(),
+        model_root: shown,
+        api_keys,
+        cors: CorsConfig {
+            allowed_origins: list_arg(&a.allowed_origins).context("--allowed-origins")?,
+            allowed_methods: list_arg(&a.allowed_methods).context("--allowed-methods")?,
+            allowed_headers: list_arg(&a.allowed_headers).context("--allowed-headers")?,
+            allow_credentials: a.allow_credentials,
+        },
+        limits: Limits {
+            max_prompt_chars: a.max_prompt_chars,
+            max_new_tokens: a.max_new_tokens,
+            max_body_bytes: usize::try_from(a.max_request_body_bytes).unwrap_or(usize::MAX),
+        },
+        sse_keepalive: (a.sse_keep_alive_interval > 0).then(|| Duration::from_secs(a.sse_keep_alive_interval)),
+        shutdown_grace: Duration::from_secs(a.shutdown_timeout),
+        trust_request_chat_template: a.trust_request_chat_template,
+        response_role: a.response_role.clone(),
+        enable_prompt_tokens_details: a.enable_prompt_tokens_details,
+        enable_force_include_usage: a.enable_force_include_usage,
+        return_tokens_as_token_ids: a.return_tokens_as_token_ids,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("vllm-rs-http")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", a.host, a.port))?;
+        let addr = listener.local_addr()?;
+        info!("listening on http://{addr} ({:.3} s after start); loading the model", started.elapsed().as_secs_f64());
+        let state = AppState::new(config);
+        let engine_args = a.engine.clone();
+        let name = served_model_names[0].clone();
+        vllm_rs_server::serve(listener, state, move || {
+            load(model_arg, &engine_args, &name).map_err(|e| format!("{e:#}"))
+        })
+        .await
+        .map_err(anyhow::Error::msg)
+    })
+}
+
+fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<ModelContext> {
+    let l = setup::load(model.as_deref(), args)?;
+    info!("serving {} as {served_name:?}", l.model_arg);
+    let max_model_len = l.core.config.max_model_len;
+    Ok(ModelContext {
+        engine: EngineHandle::spawn(l.core),
+        defaults: SamplingDefaults::from_generation_config(l.generation.as_ref()),
+        tokenizer: l.tokenizer,
+        chat_template: l.chat_template.map(|t| Arc::clone(&t)),
+        max_logprobs: l.max_logprobs,
+        default_seed: l.default_seed,
+        priority_scheduling: args.scheduling_policy == PolicyArg::Priority,
+        metrics: Metrics::new(served_name, max_model_len),
+    })
+}

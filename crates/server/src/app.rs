@@ -1,0 +1,91 @@
+//! The router: routes, authentication, CORS, access log, and FastAPI-style 404/405 answers.
+
+use crate::auth::require_api_key;
+use crate::config::CorsConfig;
+use crate::errors::{method_not_allowed, not_found};
+use crate::routes::{chat, completions, health, metrics, models, tokenize};
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, Method};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use std::sync::Arc;
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let mut app = Router::new()
+        .route("/health", get(health::health))
+        .route("/ping", get(health::ping).post(health::ping))
+        .route("/version", get(health::version))
+        .route("/metrics", get(metrics::metrics))
+        .route("/v1/models", get(models::list))
+        .route("/v1/completions", post(completions::create))
+        .route("/v1/chat/completions", post(chat::create))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .fallback(|| async { not_found() })
+        .method_not_allowed_fallback(|| async { method_not_allowed() })
+        .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
+        .layer(middleware::from_fn(access_log))
+        .with_state(state.clone());
+    if let Some(cors) = cors_layer(&state.config.cors) {
+        app = app.layer(cors);
+    }
+    app
+}
+
+/// One line per request, as uvicorn's access log (health checks and scrapes at debug).
+async fn access_log(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if matches!(path.as_str(), "/health" | "/metrics" | "/ping") {
+        tracing::debug!("\"{method} {path}\" {status}");
+    } else {
+        tracing::info!("\"{method} {path}\" {status}");
+    }
+    resp
+}
+
+/// vLLM's CORS flags; no allowed origins (its default): no CORS layer.
+fn cors_layer(c: &CorsConfig) -> Option<CorsLayer> {
+    if c.allowed_origins.is_empty() {
+        return None;
+    }
+    let any = |v: &[String]| v.iter().any(|s| s == "*");
+    let mut layer = CorsLayer::new();
+    layer = if any(&c.allowed_origins) {
+        if c.allow_credentials {
+            layer.allow_origin(AllowOrigin::mirror_request())
+        } else {
+            layer.allow_origin(AllowOrigin::any())
+        }
+    } else {
+        let list: Vec<HeaderValue> = c.allowed_origins.iter().filter_map(|o| o.parse().ok()).collect();
+        layer.allow_origin(AllowOrigin::list(list))
+    };
+    layer = if any(&c.allowed_methods) {
+        if c.allow_credentials {
+            layer.allow_methods(AllowMethods::mirror_request())
+        } else {
+            layer.allow_methods(AllowMethods::any())
+        }
+    } else {
+        let list: Vec<Method> = c.allowed_methods.iter().filter_map(|m| m.parse().ok()).collect();
+        layer.allow_methods(list)
+    };
+    layer = if any(&c.allowed_headers) {
+        if c.allow_credentials {
+            layer.allow_headers(AllowHeaders::mirror_request())
+        } else {
+            layer.allow_headers(AllowHeaders::any())
+        }
+    } else {
+        let list: Vec<HeaderName> = c.allowed_headers.iter().filter_map(|h| h.parse().ok()).collect();
+        layer.allow_headers(list)
+    };
+    Some(layer.allow_credentials(c.allow_credentials))
+}

@@ -1,0 +1,53 @@
+//! Bearer-token authentication (vLLM's `--api-key` / `VLLM_API_KEY`). Every route needs the key
+//! except `/health` (and CORS preflights); a missing or wrong key is vLLM's 401
+//! `{"error": "Unauthorized"}`.
+
+use crate::errors::unauthorized;
+use crate::state::AppState;
+use axum::extract::{Request, State};
+use axum::http::{Method, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::sync::Arc;
+
+/// Paths served without a key.
+const OPEN_PATHS: &[&str] = &["/health"];
+
+pub async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let keys = &state.config.api_keys;
+    if keys.is_empty() || req.method() == Method::OPTIONS || OPEN_PATHS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
+    match presented {
+        Some(token) if keys.iter().fold(false, |ok, k| ok | constant_time_eq(k.as_bytes(), token.as_bytes())) => {
+            next.run(req).await
+        }
+        _ => unauthorized(),
+    }
+}
+
+/// Compares without an early exit on the first differing byte (only the length can leak).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn equal_only_when_identical() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+}

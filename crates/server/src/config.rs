@@ -1,0 +1,85 @@
+//! What the server is told at start-up (the `vllm-rs serve` flags that are not engine flags).
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Names clients may use in `model`; the first is the one responses report.
+    pub served_model_names: Vec<String>,
+    /// The model as given on the command line (`root` in `/v1/models`).
+    pub model_root: String,
+    /// Accepted bearer tokens; empty: no authentication.
+    pub api_keys: Vec<String>,
+    pub cors: CorsConfig,
+    pub limits: Limits,
+    /// Send `: keep-alive` comments on idle streams this often (`None`: never, as vLLM's default).
+    pub sse_keepalive: Option<Duration>,
+    /// After SIGINT/SIGTERM, how long in-flight requests may take to finish.
+    pub shutdown_grace: Duration,
+    /// Accept a `chat_template` in chat requests (vLLM's `--trust-request-chat-template`).
+    pub trust_request_chat_template: bool,
+    /// Role of generated chat messages (vLLM's `--response-role`).
+    pub response_role: String,
+    /// Report `prompt_tokens_details.cached_tokens` in usage.
+    pub enable_prompt_tokens_details: bool,
+    /// Stream usage on every request, whatever `stream_options` says.
+    pub enable_force_include_usage: bool,
+    /// Logprob tokens as `token_id:N` by default.
+    pub return_tokens_as_token_ids: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            served_model_names: vec!["default".into()],
+            model_root: String::new(),
+            api_keys: Vec::new(),
+            cors: CorsConfig::default(),
+            limits: Limits::default(),
+            sse_keepalive: None,
+            shutdown_grace: Duration::from_secs(30),
+            trust_request_chat_template: false,
+            response_role: "assistant".into(),
+            enable_prompt_tokens_details: false,
+            enable_force_include_usage: false,
+            return_tokens_as_token_ids: false,
+        }
+    }
+}
+
+/// CORS as vLLM's flags set it; no origins: no CORS headers at all.
+#[derive(Clone, Debug)]
+pub struct CorsConfig {
+    pub allowed_origins: Vec<String>,
+    pub allowed_methods: Vec<String>,
+    pub allowed_headers: Vec<String>,
+    pub allow_credentials: bool,
+}
+
+impl Default for CorsConfig {
+    fn default() -> Self {
+        CorsConfig {
+            allowed_origins: Vec::new(),
+            allowed_methods: vec!["*".into()],
+            allowed_headers: vec!["*".into()],
+            allow_credentials: false,
+        }
+    }
+}
+
+/// Request guards; 0 disables each.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Longest prompt, in characters, checked before tokenizing.
+    pub max_prompt_chars: usize,
+    /// Most new tokens one sequence may ask for (and the default when it does not say).
+    pub max_new_tokens: usize,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_prompt_chars: 1 << 20, max_new_tokens: 0, max_body_bytes: 32 << 20 }
+    }
+}

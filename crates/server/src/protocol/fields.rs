@@ -1,0 +1,277 @@
+//! Which top-level request fields each endpoint takes.
+//!
+//! vLLM accepts any extra field and ignores it with a debug log. We do not silently ignore
+//! anything that would change the output:
+//! - fields we implement, and harmless OpenAI fields that never change the output (`user`,
+//!   `store`, `metadata`, `service_tier`...), are accepted;
+//! - fields vLLM implements and we do not yet (`response_format`, `tools`, `structured_outputs`,
+//!   `guided_*`, beam search...) are rejected with 400 naming the field — unless they carry the
+//!   value that means "off" (`null`, `"tool_choice": "none"`, `"response_format": {"type":
+//!   "text"}`, `"use_beam_search": false`...), which clients often send by default;
+//! - any other field is a 400 naming it: a typo (`max_token`) would otherwise run a different
+//!   request than the one the client meant.
+
+use crate::errors::{ApiError, ApiResult};
+use serde_json::{Map, Value};
+
+/// A field we do not implement, and the values of it that mean "not used".
+pub struct Unsupported {
+    pub name: &'static str,
+    pub neutral: fn(&Value) -> bool,
+}
+
+const fn unsupported(name: &'static str, neutral: fn(&Value) -> bool) -> Unsupported {
+    Unsupported { name, neutral }
+}
+
+fn null(v: &Value) -> bool {
+    v.is_null()
+}
+fn null_or_false(v: &Value) -> bool {
+    v.is_null() || v == &Value::Bool(false)
+}
+fn null_or_true(v: &Value) -> bool {
+    v.is_null() || v == &Value::Bool(true)
+}
+fn null_or_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+fn null_or_one(v: &Value) -> bool {
+    v.is_null() || v.as_f64() == Some(1.0)
+}
+fn null_or_minus_one(v: &Value) -> bool {
+    v.is_null() || v.as_i64() == Some(-1)
+}
+fn text_format(v: &Value) -> bool {
+    v.is_null()
+        || (v.get("type").and_then(Value::as_str) == Some("text") && v.as_object().is_some_and(|o| o.len() == 1))
+}
+fn no_tool_choice(v: &Value) -> bool {
+    v.is_null() || v.as_str() == Some("none")
+}
+fn text_modalities(v: &Value) -> bool {
+    v.is_null() || v.as_array().is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")))
+}
+
+/// Fields vLLM's generation endpoints share that we do not implement.
+const UNSUPPORTED_COMMON: &[Unsupported] = &[
+    unsupported("response_format", text_format),
+    unsupported("structured_outputs", null),
+    unsupported("guided_json", null),
+    unsupported("guided_regex", null),
+    unsupported("guided_choice", null),
+    unsupported("guided_grammar", null),
+    unsupported("guided_decoding_backend", null),
+    unsupported("guided_whitespace_pattern", null),
+    unsupported("logits_processors", null_or_empty),
+    unsupported("use_beam_search", null_or_false),
+    unsupported("watermarking", null_or_false),
+    unsupported("spaces_between_special_tokens", null_or_true),
+    unsupported("logprob_token_ids", null_or_empty),
+    unsupported("kv_transfer_params", null),
+    unsupported("ec_transfer_params", null),
+    unsupported("vllm_xargs", null_or_empty),
+    unsupported("repetition_detection", null),
+    unsupported("thinking_token_budget", null_or_minus_one),
+    unsupported("return_weight_versions", null_or_false),
+    unsupported("stream_interval", null_or_one),
+    unsupported("best_of", null_or_one),
+];
+
+const UNSUPPORTED_COMPLETION: &[Unsupported] =
+    &[unsupported("suffix", null_or_empty), unsupported("prompt_embeds", null_or_empty)];
+
+const UNSUPPORTED_CHAT: &[Unsupported] = &[
+    unsupported("tools", null),
+    unsupported("tool_choice", no_tool_choice),
+    unsupported("functions", null),
+    unsupported("function_call", no_tool_choice),
+    unsupported("reasoning_effort", null),
+    unsupported("audio", null),
+    unsupported("modalities", text_modalities),
+    unsupported("prediction", null),
+    unsupported("web_search_options", null),
+    unsupported("verbosity", null),
+    unsupported("media_io_kwargs", null_or_empty),
+    unsupported("mm_processor_kwargs", null_or_empty),
+];
+
+/// Accepted on both generation endpoints (implemented, or never changing the output).
+const COMMON: &[&str] = &[
+    "model",
+    "frequency_penalty",
+    "logit_bias",
+    "n",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "ignore_eos",
+    "min_tokens",
+    "skip_special_tokens",
+    "allowed_token_ids",
+    "prompt_logprobs",
+    "bad_words",
+    "add_special_tokens",
+    "priority",
+    "request_id",
+    "cache_salt",
+    "truncate_prompt_tokens",
+    "truncation_side",
+    "return_token_ids",
+    "return_tokens_as_token_ids",
+    "echo",
+    "max_tokens",
+    // Harmless: identification, routing hints, beam-search-only or render-only options.
+    "user",
+    "session_id",
+    "length_penalty",
+    "return_token_offsets",
+    "mm_payload",
+    "return_mm_kwargs",
+    "routed_experts_prompt_start",
+];
+
+const COMPLETION: &[&str] = &["prompt", "logprobs"];
+
+const CHAT: &[&str] = &[
+    "messages",
+    "logprobs",
+    "top_logprobs",
+    "max_completion_tokens",
+    "add_generation_prompt",
+    "continue_final_message",
+    "documents",
+    "chat_template",
+    "chat_template_kwargs",
+    "return_prompt_text",
+    // Harmless OpenAI fields (no tools, no reasoning parser: these change nothing).
+    "parallel_tool_calls",
+    "include_reasoning",
+    "store",
+    "metadata",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+];
+
+const TOKENIZE: &[&str] = &[
+    "model",
+    "prompt",
+    "add_special_tokens",
+    "return_token_strs",
+    "messages",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+];
+const UNSUPPORTED_TOKENIZE: &[Unsupported] = &[
+    unsupported("tools", null_or_empty),
+    unsupported("media_io_kwargs", null_or_empty),
+    unsupported("mm_processor_kwargs", null_or_empty),
+];
+
+const DETOKENIZE: &[&str] = &["model", "tokens"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Completion,
+    Chat,
+    Tokenize,
+    Detokenize,
+}
+
+impl Endpoint {
+    fn accepts(self, key: &str) -> bool {
+        match self {
+            Endpoint::Completion => COMMON.contains(&key) || COMPLETION.contains(&key),
+            Endpoint::Chat => COMMON.contains(&key) || CHAT.contains(&key),
+            Endpoint::Tokenize => TOKENIZE.contains(&key),
+            Endpoint::Detokenize => DETOKENIZE.contains(&key),
+        }
+    }
+
+    fn unsupported(self, key: &str) -> Option<&'static Unsupported> {
+        let lists: &[&[Unsupported]] = match self {
+            Endpoint::Completion => &[UNSUPPORTED_COMMON, UNSUPPORTED_COMPLETION],
+            Endpoint::Chat => &[UNSUPPORTED_COMMON, UNSUPPORTED_CHAT],
+            Endpoint::Tokenize => &[UNSUPPORTED_TOKENIZE],
+            Endpoint::Detokenize => &[],
+        };
+        lists.iter().flat_map(|l| l.iter()).find(|u| u.name == key)
+    }
+}
+
+/// Rejects unsupported fields (with a non-neutral value) and unknown fields, naming them.
+pub fn check_fields(body: &Map<String, Value>, endpoint: Endpoint) -> ApiResult<()> {
+    for (key, value) in body {
+        if endpoint.accepts(key) {
+            continue;
+        }
+        match endpoint.unsupported(key) {
+            Some(u) if (u.neutral)(value) => continue,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    key,
+                    format!("`{key}` is not supported by this server (vllm-rs) yet; remove it from the request."),
+                ));
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    key,
+                    format!("Unknown field `{key}`: this endpoint does not take it (check the spelling)."),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(v: Value, e: Endpoint) -> ApiResult<()> {
+        check_fields(v.as_object().unwrap(), e)
+    }
+
+    #[test]
+    fn known_and_neutral_fields_pass() {
+        check(
+            json!({"model": "m", "prompt": "x", "user": "u", "response_format": {"type": "text"}}),
+            Endpoint::Completion,
+        )
+        .unwrap();
+        check(json!({"messages": [], "tool_choice": "none", "tools": null, "store": false}), Endpoint::Chat).unwrap();
+    }
+
+    #[test]
+    fn unsupported_and_unknown_fields_name_the_field() {
+        let e = check(json!({"response_format": {"type": "json_object"}}), Endpoint::Chat).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("response_format"));
+        assert!(e.message.contains("not supported"), "{}", e.message);
+        let e = check(json!({"tools": [{"type": "function"}]}), Endpoint::Chat).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools"));
+        let e = check(json!({"max_token": 5}), Endpoint::Completion).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_token"));
+        assert!(e.message.contains("Unknown field"), "{}", e.message);
+        // A chat-only field on the completion endpoint is unknown there.
+        assert!(check(json!({"messages": []}), Endpoint::Completion).is_err());
+    }
+}

@@ -1,0 +1,337 @@
+//! `POST /v1/chat/completions`, streaming and not, as vLLM's `OpenAIServingChat` (without tool
+//! or reasoning parsers).
+
+use crate::errors::{ApiError, ApiResult};
+use crate::generation::{Event, Generation, SequenceSpec};
+use crate::json_body::typed;
+use crate::prompt::{ChatInput, TokenizeOptions, chat_prompt};
+use crate::protocol::chat::{
+    ChatChoice, ChatMessage, ChatRequest, ChatResponse, ChatStreamChoice, ChatStreamResponse, Delta,
+};
+use crate::protocol::common::{PromptTokensDetails, Usage, include_usage, request_id, unix_now};
+use crate::protocol::completion::StopReasonJson;
+use crate::protocol::fields::Endpoint;
+use crate::protocol::logprobs::{TokenNamer, chat_logprobs, prompt_logprobs_json};
+use crate::protocol::sampling_fields::SamplingFields;
+use crate::routes::{finish_str, read_request};
+use crate::sampling::{PlanInputs, RequestPlan};
+use crate::sse;
+use crate::state::{AppState, ModelContext};
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use std::sync::Arc;
+use std::time::Instant;
+use vllm_rs_frontend::OutputDelta;
+
+pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    match handle(state, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+struct Ctx {
+    id: String,
+    created: u64,
+    model_name: String,
+    model: Arc<ModelContext>,
+    role: String,
+    /// The last message's content when `echo` applies (same role as the reply).
+    echo_prefix: Option<String>,
+    logprobs: Option<usize>,
+    return_token_ids: bool,
+    tokens_as_ids: bool,
+    include_usage: bool,
+    continuous_usage: bool,
+    prompt_details: bool,
+    prompt_ids: Vec<u32>,
+    prompt_text: Option<String>,
+}
+
+async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+    let arrival = Instant::now();
+    let (model, v) = read_request(&state, &headers, body, Endpoint::Chat).await?;
+    let req: ChatRequest = typed(&v)?;
+    let f: SamplingFields = typed(&v)?;
+    state.check_model(f.model.as_deref())?;
+    let Some(messages) = req.messages.as_deref() else {
+        return Err(ApiError::schema("messages", "messages: Field required"));
+    };
+    let want_logprobs = req.logprobs.unwrap_or(false);
+    let top_logprobs = req.top_logprobs.unwrap_or(0);
+    if top_logprobs < -1 {
+        return Err(ApiError::invalid("top_logprobs", "`top_logprobs` must be a positive value or -1."));
+    }
+    if (top_logprobs == -1 || top_logprobs > 0) && !want_logprobs {
+        return Err(ApiError::invalid("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true."));
+    }
+    let echo = f.echo.unwrap_or(false);
+    let (max_tokens, max_tokens_param) = match req.max_completion_tokens {
+        Some(m) => (Some(m), "max_completion_tokens"),
+        None => (f.max_tokens, "max_tokens"),
+    };
+    let inputs = PlanInputs {
+        logprobs: want_logprobs.then_some(top_logprobs),
+        logprobs_param: "top_logprobs",
+        max_tokens,
+        max_tokens_param,
+        default_max_tokens: None,
+        echo_only: false,
+        // vLLM: chat `echo` asks for prompt logprobs with `top_logprobs` alternatives.
+        echo_prompt_logprobs: echo.then_some(top_logprobs),
+    };
+    let plan = RequestPlan::new(&f, inputs, &model)?;
+    let opts = TokenizeOptions::new(
+        f.add_special_tokens.unwrap_or(false),
+        f.truncate_prompt_tokens,
+        f.truncation_side.as_deref(),
+        &model,
+    )?;
+    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let input = ChatInput {
+        messages,
+        add_generation_prompt,
+        continue_final_message: req.continue_final_message.unwrap_or(false),
+        request_template: req.chat_template.as_deref(),
+        template_kwargs: req.chat_template_kwargs.as_ref(),
+        documents: req.documents.as_deref(),
+    };
+    let rendered = chat_prompt(&input, &opts, &state, &model)?;
+    let role = if add_generation_prompt {
+        state.config.response_role.clone()
+    } else {
+        rendered.last_message.as_ref().map(|(r, _)| r.clone()).unwrap_or_else(|| state.config.response_role.clone())
+    };
+    let echo_prefix = match (&rendered.last_message, echo) {
+        (Some((r, content)), true) if *r == role && !content.is_empty() => Some(content.clone()),
+        _ => None,
+    };
+    let prompt = Arc::new(rendered.prompt);
+    let max_tokens = plan.max_tokens(prompt.ids.len(), &model, &state.config.limits)?;
+    let specs = (0..plan.n)
+        .map(|j| SequenceSpec {
+            choice: j,
+            prompt_index: 0,
+            prompt: prompt.clone(),
+            params: plan.params(j, max_tokens, &state, &model),
+            output: plan.output.clone(),
+            max_tokens_param: plan.max_tokens_param_value(max_tokens),
+            priority: plan.priority,
+            cache_salt: plan.cache_salt.clone(),
+        })
+        .collect();
+    let (usage, continuous) = include_usage(f.stream_options.as_ref(), state.config.enable_force_include_usage);
+    let ctx = Ctx {
+        id: request_id("chatcmpl", f.request_id.as_deref()),
+        created: unix_now(),
+        model_name: state.model_name().to_string(),
+        model: model.clone(),
+        role,
+        echo_prefix,
+        logprobs: want_logprobs.then(|| if top_logprobs < 0 { model.vocab_size() } else { top_logprobs as usize }),
+        return_token_ids: f.return_token_ids.unwrap_or(false),
+        tokens_as_ids: f.return_tokens_as_token_ids.unwrap_or(state.config.return_tokens_as_token_ids),
+        include_usage: usage,
+        continuous_usage: continuous,
+        prompt_details: state.config.enable_prompt_tokens_details,
+        prompt_ids: prompt.ids.clone(),
+        prompt_text: req.return_prompt_text.unwrap_or(false).then(|| prompt.text.clone().unwrap_or_default()),
+    };
+    model.metrics.record_request(plan.n);
+    let mut generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
+    if f.stream.unwrap_or(false) {
+        return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
+    }
+    let collected = generation.collect().await?;
+    let mut namer = TokenNamer::new(&model.tokenizer, ctx.tokens_as_ids);
+    let mut choices = Vec::with_capacity(plan.n);
+    let mut prompt_logprobs = None;
+    let mut completion_tokens = 0;
+    for (seq, c) in generation.sequences().iter().zip(&collected) {
+        completion_tokens += seq.num_generated();
+        let content = format!("{}{}", ctx.echo_prefix.as_deref().unwrap_or(""), seq.proc.text);
+        if prompt_logprobs.is_none() {
+            prompt_logprobs = c.prompt_logprobs.as_ref().map(|p| prompt_logprobs_json(p, &mut namer));
+        }
+        choices.push(ChatChoice {
+            index: seq.spec.choice,
+            message: ChatMessage::new(&ctx.role, content),
+            logprobs: ctx.logprobs.map(|k| chat_logprobs(&seq.proc.token_ids, &c.logprobs, k, &mut namer)),
+            finish_reason: finish_str(seq.proc.finish_reason()),
+            stop_reason: seq.proc.stop_reason().map(StopReasonJson::from),
+            token_ids: ctx.return_token_ids.then(|| seq.proc.token_ids.clone()),
+        });
+    }
+    let mut usage = Usage::new(ctx.prompt_ids.len(), completion_tokens);
+    if ctx.prompt_details {
+        let cached = generation.sequences().first().map_or(0, |s| s.num_cached_tokens);
+        usage.prompt_tokens_details = Some(PromptTokensDetails { cached_tokens: cached });
+    }
+    let response = ChatResponse {
+        id: ctx.id.clone(),
+        object: "chat.completion",
+        created: ctx.created,
+        model: ctx.model_name.clone(),
+        choices,
+        service_tier: None,
+        system_fingerprint: None,
+        usage,
+        prompt_logprobs,
+        prompt_token_ids: ctx.return_token_ids.then(|| ctx.prompt_ids.clone()),
+        prompt_text: ctx.prompt_text.clone(),
+    };
+    Ok(Json(response).into_response())
+}
+
+struct Streamer {
+    ctx: Ctx,
+    generation: Generation,
+    first: bool,
+    num_tokens: Vec<usize>,
+    cached_tokens: Option<usize>,
+    done: bool,
+}
+
+fn stream_events(ctx: Ctx, generation: Generation) -> impl futures_util::Stream<Item = String> + Send + 'static {
+    let n = generation.sequences().len();
+    let st = Streamer { ctx, generation, first: true, num_tokens: vec![0; n], cached_tokens: None, done: false };
+    futures_util::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let events = st.step().await;
+        Some((events, st))
+    })
+    .flat_map(futures_util::stream::iter)
+}
+
+impl Streamer {
+    fn chunk(&self, choice: ChatStreamChoice, usage: Option<Usage>) -> ChatStreamResponse {
+        ChatStreamResponse {
+            id: self.ctx.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.ctx.created,
+            model: self.ctx.model_name.clone(),
+            choices: vec![choice],
+            usage,
+            prompt_token_ids: None,
+            prompt_text: None,
+        }
+    }
+
+    fn data(chunk: &ChatStreamResponse) -> String {
+        sse::data(&serde_json::to_string(chunk).expect("chunk JSON"))
+    }
+
+    fn prompt_usage(&self) -> Option<Usage> {
+        self.ctx.continuous_usage.then(|| Usage::new(self.ctx.prompt_ids.len(), 0))
+    }
+
+    /// The opening chunks: the role of every choice, then the echoed last message.
+    fn opening(&self) -> Vec<String> {
+        let n = self.num_tokens.len();
+        let mut out = Vec::new();
+        for i in 0..n {
+            let choice = ChatStreamChoice {
+                index: i,
+                delta: Delta { role: Some(self.ctx.role.clone()), content: Some(String::new()) },
+                logprobs: None,
+                finish_reason: None,
+                stop_reason: None,
+                token_ids: None,
+            };
+            let mut c = self.chunk(choice, self.prompt_usage());
+            if self.ctx.return_token_ids {
+                c.prompt_token_ids = Some(self.ctx.prompt_ids.clone());
+            }
+            c.prompt_text = self.ctx.prompt_text.clone();
+            out.push(Self::data(&c));
+        }
+        if let Some(prefix) = &self.ctx.echo_prefix {
+            for i in 0..n {
+                let choice = ChatStreamChoice {
+                    index: i,
+                    delta: Delta { role: None, content: Some(prefix.clone()) },
+                    logprobs: None,
+                    finish_reason: None,
+                    stop_reason: None,
+                    token_ids: None,
+                };
+                out.push(Self::data(&self.chunk(choice, self.prompt_usage())));
+            }
+        }
+        out
+    }
+
+    async fn step(&mut self) -> Vec<String> {
+        match self.generation.next().await {
+            Some(Event::Output { seq, delta }) => {
+                let mut out = if std::mem::take(&mut self.first) { self.opening() } else { Vec::new() };
+                if self.cached_tokens.is_none() {
+                    self.cached_tokens = Some(delta.num_cached_tokens);
+                }
+                out.extend(self.delta_chunk(seq, delta));
+                out
+            }
+            Some(Event::Failed(e)) => {
+                self.done = true;
+                vec![sse::data(&e.to_json()), sse::DONE.to_string()]
+            }
+            None => {
+                self.done = true;
+                let mut out = Vec::new();
+                if self.ctx.include_usage {
+                    let mut usage = Usage::new(self.ctx.prompt_ids.len(), self.num_tokens.iter().sum());
+                    if self.ctx.prompt_details {
+                        usage.prompt_tokens_details =
+                            Some(PromptTokensDetails { cached_tokens: self.cached_tokens.unwrap_or(0) });
+                    }
+                    let chunk = ChatStreamResponse {
+                        id: self.ctx.id.clone(),
+                        object: "chat.completion.chunk",
+                        created: self.ctx.created,
+                        model: self.ctx.model_name.clone(),
+                        choices: Vec::new(),
+                        usage: Some(usage),
+                        prompt_token_ids: None,
+                        prompt_text: None,
+                    };
+                    out.push(Self::data(&chunk));
+                }
+                out.push(sse::DONE.to_string());
+                out
+            }
+        }
+    }
+
+    fn delta_chunk(&mut self, seq_index: usize, delta: OutputDelta) -> Option<String> {
+        let i = self.generation.sequences()[seq_index].spec.choice;
+        if delta.text.is_empty()
+            && delta.token_ids.is_empty()
+            && self.num_tokens[i] == 0
+            && delta.finish_reason.is_none()
+        {
+            return None;
+        }
+        let logprobs = self.ctx.logprobs.map(|k| {
+            let mut namer = TokenNamer::new(&self.ctx.model.tokenizer, self.ctx.tokens_as_ids);
+            chat_logprobs(&delta.token_ids, &delta.logprobs, k, &mut namer)
+        });
+        self.num_tokens[i] += delta.token_ids.len();
+        let finished = delta.finish_reason.is_some();
+        let choice = ChatStreamChoice {
+            index: i,
+            delta: Delta { role: None, content: Some(delta.text) },
+            logprobs,
+            finish_reason: finish_str(delta.finish_reason),
+            stop_reason: finished.then(|| delta.stop_reason.as_ref().map(StopReasonJson::from)),
+            token_ids: self.ctx.return_token_ids.then_some(delta.token_ids),
+        };
+        let usage = self.ctx.continuous_usage.then(|| Usage::new(self.ctx.prompt_ids.len(), self.num_tokens[i]));
+        Some(Self::data(&self.chunk(choice, usage)))
+    }
+}

@@ -1,0 +1,130 @@
+//! Shared server state: configuration, and the model once it has loaded.
+
+use crate::config::ServerConfig;
+use crate::errors::{ApiError, ApiResult};
+use crate::metrics::Metrics;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use vllm_rs_engine::EngineHandle;
+use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
+
+/// Sampling defaults from the model's generation config, applied when a request leaves a field
+/// unset (vLLM's `--generation-config auto`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    /// `max_new_tokens`: the default `max_tokens`.
+    pub max_tokens: Option<usize>,
+}
+
+impl SamplingDefaults {
+    pub fn from_generation_config(g: Option<&GenerationConfig>) -> Self {
+        let Some(g) = g else { return Self::default() };
+        SamplingDefaults {
+            temperature: g.temperature.map(|v| v as f32),
+            top_p: g.top_p.map(|v| v as f32),
+            top_k: g.top_k.map(|v| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+            min_p: g.min_p.map(|v| v as f32),
+            repetition_penalty: g.repetition_penalty.map(|v| v as f32),
+            max_tokens: g.max_new_tokens.map(|v| v as usize),
+        }
+    }
+}
+
+/// The loaded model and everything requests need from it.
+pub struct ModelContext {
+    pub engine: Arc<EngineHandle>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    pub defaults: SamplingDefaults,
+    /// Largest `logprobs` / `prompt_logprobs` a request may ask for.
+    pub max_logprobs: usize,
+    /// `--seed`: requests without a seed get `seed + k` for the k-th sequence served.
+    pub default_seed: Option<u64>,
+    /// Whether the engine orders by `priority` (otherwise a non-zero priority is an error).
+    pub priority_scheduling: bool,
+    pub metrics: Metrics,
+}
+
+impl ModelContext {
+    pub fn max_model_len(&self) -> usize {
+        self.engine.config.max_model_len
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.engine.model_info.vocab_size
+    }
+}
+
+pub struct AppState {
+    pub config: ServerConfig,
+    model: OnceLock<Arc<ModelContext>>,
+    pub started: Instant,
+    pub started_unix: f64,
+    shutting_down: AtomicBool,
+    sequences_started: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(config: ServerConfig) -> Arc<Self> {
+        let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        Arc::new(AppState {
+            config,
+            model: OnceLock::new(),
+            started: Instant::now(),
+            started_unix,
+            shutting_down: AtomicBool::new(false),
+            sequences_started: AtomicU64::new(0),
+        })
+    }
+
+    /// Marks the model loaded: `/health` answers 200 from now on.
+    pub fn set_ready(&self, model: ModelContext) {
+        let _ = self.model.set(Arc::new(model));
+    }
+
+    pub fn model(&self) -> Option<&Arc<ModelContext>> {
+        self.model.get()
+    }
+
+    /// The model, or the 503 a request gets while it loads or the server drains.
+    pub fn ready_model(&self) -> ApiResult<Arc<ModelContext>> {
+        if self.is_shutting_down() {
+            return Err(ApiError::shutting_down());
+        }
+        self.model.get().cloned().ok_or_else(ApiError::not_ready)
+    }
+
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// The name responses report.
+    pub fn model_name(&self) -> &str {
+        &self.config.served_model_names[0]
+    }
+
+    /// Checks the request's `model` against the served names (absent or empty: the default).
+    pub fn check_model(&self, requested: Option<&str>) -> ApiResult<()> {
+        match requested {
+            None | Some("") => Ok(()),
+            Some(m) if self.config.served_model_names.iter().any(|n| n == m) => Ok(()),
+            Some(m) => Err(ApiError::model_not_found(m, &self.config.served_model_names)),
+        }
+    }
+
+    /// A seed for a sequence whose request gave none: `--seed + k`, or `None` without `--seed`.
+    pub fn next_default_seed(&self, model: &ModelContext) -> Option<u64> {
+        let k = self.sequences_started.fetch_add(1, Ordering::Relaxed);
+        model.default_seed.map(|s| s.wrapping_add(k))
+    }
+}
