@@ -37,7 +37,7 @@ impl EngineConfig {
             num_blocks,
             max_model_len,
             max_num_seqs: 256,
-            max_num_batched_tokens: 2048.max(max_model_len.min(8192)),
+            max_num_batched_tokens: 2048,
             enable_prefix_caching: true,
             enable_chunked_prefill: true,
             long_prefill_token_threshold: 0,
