@@ -15,7 +15,12 @@ fn cases(model: &str) -> Vec<Case> {
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
     };
-    g["cases"].as_array().expect("cases").iter().map(|c| Case { prompt: ids(&c["prompt_token_ids"]), want: ids(&c["token_ids"]) }).collect()
+    g["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| Case { prompt: ids(&c["prompt_token_ids"]), want: ids(&c["token_ids"]) })
+        .collect()
 }
 
 fn engine(model: &str, tune: impl FnOnce(&mut EngineConfig)) -> EngineCore {
