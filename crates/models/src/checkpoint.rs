@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensors};
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -128,8 +128,18 @@ fn load_safetensors(path: &Path, out: &mut HashMap<String, (Weight, PathBuf)>) -
     let file = File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
     // SAFETY: read-only map of a file we do not modify.
     let mmap = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, format!("cannot map: {e}")))?);
-    let (header_len, meta) = SafeTensors::read_metadata(&mmap)
-        .map_err(|e| Error::file(path, format!("not a valid safetensors file: {e}")))?;
+    let (header_len, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| {
+        let msg = match e {
+            // The header runs past the end of the file, or its tensors do not end where the file does.
+            SafeTensorError::HeaderTooSmall
+            | SafeTensorError::InvalidHeaderLength
+            | SafeTensorError::MetadataIncompleteBuffer => {
+                format!("file is truncated or corrupt: {e} (the file has {} bytes)", mmap.len())
+            }
+            e => format!("not a valid safetensors file: {e}"),
+        };
+        Error::file(path, msg)
+    })?;
     let data_start = 8 + header_len;
     for (name, info) in meta.tensors() {
         let ty = match info.dtype {

@@ -141,7 +141,7 @@ impl<'a> Cursor<'a> {
         let n = self.u64()?;
         let left = (self.buf.len() - self.pos) as u64;
         if n.saturating_mul(unit as u64) > left {
-            return Err(self.err(format!("length {n} runs past the end of the file")));
+            return Err(self.err(format!("file is truncated: length {n} runs past the end of the file")));
         }
         Ok(n as usize)
     }
