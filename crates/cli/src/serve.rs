@@ -177,6 +177,10 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
 }
 
 fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<ModelContext> {
+    // A testing aid: hold the model back so tests can see the server before it is ready.
+    if let Some(ms) = std::env::var("VLLM_RS_SERVE_LOAD_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
     let l = setup::load(model.as_deref(), args)?;
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;

@@ -144,6 +144,9 @@ fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mut
         }
         if core.has_unfinished() {
             let outputs = core.step();
+            // Publish the stats before the outputs: a client that got its last token and then
+            // reads the metrics sees its request finished.
+            *stats.lock().unwrap_or_else(|e| e.into_inner()) = core.stats.clone();
             let mut gone = Vec::new();
             for o in outputs {
                 let id = o.request_id.clone();
