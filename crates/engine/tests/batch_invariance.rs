@@ -1,6 +1,10 @@
 //! Batch invariance on the real models: every request's greedy tokens are identical whether it
 //! runs alone, in a batch of 32 mixed-length requests, chunked by a tiny token budget, with
 //! prefix-cache hits, or after forced preemption — and equal to transformers' goldens.
+//!
+//! Invariance is checked exactly (every scenario equals the lone run). Against transformers a
+//! divergence is accepted only where transformers itself has a near-tie (its top-2 margin is at
+//! most 1e-4 of the logit scale), as in crates/models/tests/parity_real.rs.
 
 use vllm_rs_engine::{EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams};
 use vllm_rs_testutil::{golden, hf_dir};
@@ -8,7 +12,11 @@ use vllm_rs_testutil::{golden, hf_dir};
 struct Case {
     prompt: Vec<u32>,
     want: Vec<u32>,
+    /// transformers' top-2 margin at each step, relative to the logit scale.
+    margins: Vec<f64>,
 }
+
+const NEAR_TIE: f64 = 1e-4;
 
 fn cases(model: &str) -> Vec<Case> {
     let g = golden(&format!("real/{model}.json"));
@@ -40,9 +48,25 @@ fn batch_of_32(cases: &[Case]) -> Vec<(usize, EngineRequest)> {
     (0..32).map(|i| (i % cases.len(), request(format!("b{i}"), &cases[i % cases.len()]))).collect()
 }
 
-fn check(scenario: &str, cases: &[Case], which: &[usize], outs: &[FinalOutput]) {
+/// The lone run against transformers: equal, or diverging first at one of its near-ties.
+fn check_golden(ci: usize, c: &Case, got: &[u32]) {
+    if let Some(step) = got.iter().zip(&c.want).position(|(a, b)| a != b) {
+        let m = c.margins[step];
+        assert!(m <= NEAR_TIE, "case {ci}: differs from transformers at step {step} (its margin there: {m})");
+        eprintln!("case {ci}: diverges from transformers at step {step}, a near-tie there (margin {m})");
+    } else {
+        assert_eq!(got.len(), c.want.len());
+    }
+}
+
+/// Every scenario must reproduce the lone run exactly.
+fn check(scenario: &str, alone: &[Vec<u32>], which: &[usize], outs: &[FinalOutput]) {
     for (&ci, o) in which.iter().zip(outs) {
-        assert_eq!(o.token_ids, cases[ci].want, "{scenario}: request {} (case {ci}) diverged", o.request_id);
+        assert_eq!(
+            o.token_ids, alone[ci],
+            "{scenario}: request {} (case {ci}) differs from its lone run",
+            o.request_id
+        );
     }
 }
 
@@ -57,24 +81,26 @@ fn batch_invariance(model: &str) {
 
     // Alone: one request at a time.
     let mut core = engine(model, |c| c.enable_prefix_caching = false);
+    let mut alone = Vec::new();
     for (i, c) in cases.iter().enumerate() {
-        let out = core.generate(vec![request(format!("alone{i}"), c)]).expect("generate");
-        check("alone", &cases, &[i], &out);
+        let out = core.generate(vec![request(format!("alone{i}"), c)]).expect("generate").remove(0);
+        check_golden(i, c, &out.token_ids);
+        alone.push(out.token_ids);
     }
 
     // A batch of 32 mixed-length requests.
     let mut core = engine(model, |c| c.enable_prefix_caching = false);
     let (which, outs) = run_batch(&mut core, batch_of_32(&cases));
-    check("batch of 32", &cases, &which, &outs);
+    check("batch of 32", &alone, &which, &outs);
 
     // Chunked prefill with a tiny budget, then the same batch again against a warm prefix cache.
     let mut core = engine(model, |c| c.max_num_batched_tokens = 13);
     let (which, outs) = run_batch(&mut core, batch_of_32(&cases));
-    check("chunked prefill", &cases, &which, &outs);
+    check("chunked prefill", &alone, &which, &outs);
     assert!(core.stats.prefix_cache_hits_total > 0, "repeated prompts must hit the prefix cache");
     let hits_before = core.stats.prefix_cache_hits_total;
     let (which, outs) = run_batch(&mut core, batch_of_32(&cases));
-    check("prefix-cache hits", &cases, &which, &outs);
+    check("prefix-cache hits", &alone, &which, &outs);
     assert!(core.stats.prefix_cache_hits_total > hits_before);
     for o in &outs {
         // Every full block is cached except that the last prompt token is always recomputed.
@@ -89,7 +115,7 @@ fn batch_invariance(model: &str) {
         c.num_blocks = (longest + 1).div_ceil(16) * 3;
     });
     let (which, outs) = run_batch(&mut core, batch_of_32(&cases));
-    check("preemption", &cases, &which, &outs);
+    check("preemption", &alone, &which, &outs);
     assert!(core.stats.num_preemptions_total > 0, "the small cache must force preemption");
     assert_eq!(core.scheduler.kv.pool.num_free_blocks(), core.config.num_blocks, "all blocks returned");
 }
