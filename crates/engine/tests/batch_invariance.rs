@@ -23,11 +23,18 @@ fn cases(model: &str) -> Vec<Case> {
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
     };
+    let margins = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array().expect("margins").iter().map(|x| x.as_f64().unwrap()).collect()
+    };
     g["cases"]
         .as_array()
         .expect("cases")
         .iter()
-        .map(|c| Case { prompt: ids(&c["prompt_token_ids"]), want: ids(&c["token_ids"]) })
+        .map(|c| Case {
+            prompt: ids(&c["prompt_token_ids"]),
+            want: ids(&c["token_ids"]),
+            margins: margins(&c["rel_margins"]),
+        })
         .collect()
 }
 
