@@ -73,3 +73,39 @@ impl<S: Stream<Item = String>> Stream for KeepAlive<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn keep_alive_comments_only_while_idle() {
+        // One event, then 120 ms of silence, then another: with a 50 ms interval, comments fill
+        // the gap and stop when events flow again.
+        let events = futures_util::stream::unfold(0, |i| async move {
+            match i {
+                0 => Some(("data: a\n\n".to_string(), 1)),
+                1 => {
+                    tokio::time::sleep(Duration::from_millis(120)).await;
+                    Some(("data: b\n\n".to_string(), 2))
+                }
+                _ => None,
+            }
+        });
+        let out: Vec<String> = KeepAlive::new(events, Duration::from_millis(50))
+            .map(|b| String::from_utf8(b.unwrap().to_vec()).unwrap())
+            .collect()
+            .await;
+        assert_eq!(out.first().map(String::as_str), Some("data: a\n\n"));
+        assert_eq!(out.last().map(String::as_str), Some("data: b\n\n"));
+        let comments = out.iter().filter(|e| e.as_str() == KEEP_ALIVE).count();
+        assert!((1..=2).contains(&comments), "{out:?}");
+    }
+
+    #[test]
+    fn data_lines() {
+        assert_eq!(data("{}"), "data: {}\n\n");
+        assert_eq!(DONE, "data: [DONE]\n\n");
+    }
+}
