@@ -1,14 +1,16 @@
 //! Fused decode kernels (x86 AVX2): quantized weight blocks are expanded to int16 in registers
 //! and dotted with the int16 activations straight away, with no panel in memory.
 //!
-//! They perform exactly the operations of the panel path in [`crate::qmatmul`] — same integer
-//! lanes, same scale products, same fused multiply-adds in the same order — so results are
-//! bit-identical to it (tested), and a row's output does not depend on which path ran.
+//! They perform exactly the reduction described in [`crate::qmatmul`] — integer group sums,
+//! eight groups per vector, the same scale products and fused multiply-adds in the same order —
+//! so results are bit-identical to the panel path (tested), whichever path a row takes.
 
 #![cfg(target_arch = "x86_64")]
 
 use crate::ggml::{GgmlType, scale_min_k4};
-use crate::quant_act::{ActRow, QA_BLOCK};
+use crate::matmul::x86_hsum;
+use crate::qmatmul::octet;
+use crate::quant_act::ActRow;
 use std::arch::x86_64::*;
 
 /// Formats with a fused kernel.
@@ -25,38 +27,29 @@ pub fn supported(ty: GgmlType) -> bool {
     )
 }
 
-#[inline]
+/// `out[r] = dot(x, W row r)` for `out.len()` consecutive weight rows starting at `rows`
+/// (raw block bytes, `row_bytes` apart).
+///
+/// # Safety
+/// The tier must support AVX2/FMA/F16C; `rows` must hold `out.len()` rows of `x.q.len()` elements.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16(bits: u16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    f16(unsafe { (p as *const u16).read_unaligned() })
-}
-
-/// Accumulator of one output: 8 float lanes plus the scalar minimum term.
-#[derive(Clone, Copy)]
-struct Acc {
-    v: __m256,
-    s: f32,
-}
-
-/// One 32-element group: `acc += cvt(madd(w0,x0) + madd(w1,x1)) · (vs·dx)`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn group32(acc: &mut Acc, w0: __m256i, w1: __m256i, x0: __m256i, x1: __m256i, vs: f32, dx: f32) {
-    let lanes = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-    acc.v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(vs * dx), acc.v);
-}
-
-/// One 16-element group.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn group16(acc: &mut Acc, w: __m256i, x: __m256i, vs: f32, dx: f32) {
-    acc.v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(w, x)), _mm256_set1_ps(vs * dx), acc.v);
+pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRow, out: &mut [f32]) {
+    for (r, o) in out.iter_mut().enumerate() {
+        // SAFETY: row r exists (caller); each kernel reads exactly one row.
+        let w = unsafe { rows.add(r * row_bytes) };
+        *o = unsafe {
+            match ty {
+                GgmlType::Q4_0 => dot32::<0>(w, x),
+                GgmlType::Q4_1 => dot32::<1>(w, x),
+                GgmlType::Q5_0 => dot32::<2>(w, x),
+                GgmlType::Q5_1 => dot32::<3>(w, x),
+                GgmlType::Q8_0 => dot32::<4>(w, x),
+                GgmlType::Q4K => dot_q4k(w, x),
+                GgmlType::Q6K => dot_q6k(w, x),
+                _ => unreachable!("checked by supported()"),
+            }
+        };
+    }
 }
 
 #[inline]
@@ -78,6 +71,7 @@ unsafe fn nibbles(qs: *const u8) -> __m256i {
     _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m), _mm_and_si128(v, m))
 }
 
+/// The fifth bit of each of 32 elements (Q5_0 / Q5_1), as 0x10 per byte.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn fifth_bits(qh_ptr: *const u8) -> __m256i {
@@ -92,175 +86,191 @@ unsafe fn fifth_bits(qh_ptr: *const u8) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits), _mm256_set1_epi8(0x10))
 }
 
-/// `out[r] = dot(x, W row r)` for up to four consecutive weight rows starting at `rows`
-/// (raw block bytes, `row_bytes` apart).
-///
-/// # Safety
-/// The tier must support AVX2/FMA/F16C; `rows` must hold `out.len()` rows of `x.q.len()` elements.
-pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRow, out: &mut [f32]) {
-    macro_rules! go {
-        ($f:ident) => {
-            unsafe {
-                match out.len() {
-                    1 => $f::<1>(rows, row_bytes, x, out),
-                    2 => $f::<2>(rows, row_bytes, x, out),
-                    3 => $f::<3>(rows, row_bytes, x, out),
-                    _ => $f::<4>(rows, row_bytes, x, out),
-                }
+/// Integer lanes of one 32-element group.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn lanes32(w0: __m256i, w1: __m256i, xq: *const i16) -> __m256i {
+    unsafe {
+        let a = _mm256_madd_epi16(w0, _mm256_loadu_si256(xq as *const __m256i));
+        let b = _mm256_madd_epi16(w1, _mm256_loadu_si256(xq.add(16) as *const __m256i));
+        _mm256_add_epi32(a, b)
+    }
+}
+
+/// Eight f16 values read `stride` bytes apart (the first `n`; the rest are zero) as f32.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn gather_f16(p: *const u8, stride: usize, n: usize) -> __m256 {
+    let mut h = [0u16; 8];
+    for (i, v) in h.iter_mut().enumerate().take(n) {
+        // SAFETY: the caller guarantees n blocks.
+        *v = unsafe { (p.add(i * stride) as *const u16).read_unaligned() };
+    }
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr() as *const __m128i) })
+}
+
+/// One row of a 32-element-block format. `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot32<const F: u8>(w: *const u8, x: ActRow) -> f32 {
+    let blocks = x.q.len() / 32;
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut b0 = 0;
+    // SAFETY: every octet stays within the row and the activation row.
+    unsafe {
+        while b0 + 8 <= blocks {
+            octet32::<F>(w, x, b0, 8, &mut acc);
+            b0 += 8;
+        }
+        if b0 < blocks {
+            octet32::<F>(w, x, b0, blocks - b0, &mut acc);
+        }
+    }
+    x86_hsum(acc[0]) + x86_hsum(acc[1])
+}
+
+/// Blocks `b0..b0+n` (`n ≤ 8`) of a 32-element-block format into `acc` (values, minimums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn octet32<const F: u8>(w: *const u8, x: ActRow, b0: usize, n: usize, acc: &mut [__m256; 2]) {
+    let ts: usize = [18, 20, 22, 24, 34][F as usize];
+    let mut lanes = [_mm256_setzero_si256(); 8];
+    // SAFETY: the caller guarantees blocks b0..b0+n.
+    unsafe {
+        for (i, l) in lanes.iter_mut().enumerate() {
+            if i >= n {
+                break;
             }
+            let blk = w.add((b0 + i) * ts);
+            let (w0, w1) = match F {
+                0 => widen(nibbles(blk.add(2)), 8),
+                1 => widen(nibbles(blk.add(4)), 0),
+                2 => widen(_mm256_or_si256(nibbles(blk.add(6)), fifth_bits(blk.add(2))), 16),
+                3 => widen(_mm256_or_si256(nibbles(blk.add(8)), fifth_bits(blk.add(4))), 0),
+                _ => {
+                    let v = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+                    (
+                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
+                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)),
+                    )
+                }
+            };
+            *l = lanes32(w0, w1, x.q.as_ptr().add((b0 + i) * 32));
+        }
+        let blk0 = w.add(b0 * ts);
+        let (vs, dx) = if n == 8 {
+            (gather_f16_8(blk0, ts), _mm256_loadu_ps(x.d.as_ptr().add(b0)))
+        } else {
+            (gather_f16(blk0, ts, n), octet::load_partial(x.d.as_ptr().add(b0), n))
         };
-    }
-    match ty {
-        GgmlType::Q4_0 => go!(dot_q4_0),
-        GgmlType::Q4_1 => go!(dot_q4_1),
-        GgmlType::Q5_0 => go!(dot_q5_0),
-        GgmlType::Q5_1 => go!(dot_q5_1),
-        GgmlType::Q8_0 => go!(dot_q8_0),
-        GgmlType::Q4K => go!(dot_q4k),
-        GgmlType::Q6K => go!(dot_q6k),
-        _ => unreachable!("checked by supported()"),
-    }
-}
-
-/// Stamps out a kernel for one 32-element-block format: `$w` computes the int16 halves of the
-/// block at `$blk`, `$min` (if any) the block's minimum coefficient.
-macro_rules! kernel32 {
-    ($name:ident, $ts:expr, |$blk:ident| $w:expr, $min:expr) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name<const R: usize>(rows: *const u8, rb: usize, x: ActRow, out: &mut [f32]) {
-            let k = x.q.len();
-            let mut acc = [Acc { v: _mm256_setzero_ps(), s: 0.0 }; R];
-            let (xp, dp, sp) = (x.q.as_ptr(), x.d.as_ptr(), x.sum16.as_ptr());
-            for b in 0..k / 32 {
-                // SAFETY: the caller vouched for R rows of k elements and a k-long activation row.
-                unsafe {
-                    let x0 = _mm256_loadu_si256(xp.add(32 * b) as *const __m256i);
-                    let x1 = _mm256_loadu_si256(xp.add(32 * b + 16) as *const __m256i);
-                    let dx = *dp.add(b);
-                    let xs = (*sp.add(2 * b) + *sp.add(2 * b + 1)) as f32;
-                    for (rr, a) in acc.iter_mut().enumerate() {
-                        let $blk = rows.add(rr * rb + b * $ts);
-                        let (w0, w1) = $w;
-                        group32(a, w0, w1, x0, x1, f16_at($blk), dx);
-                        let min: Option<f32> = $min;
-                        if let Some(m) = min {
-                            a.s = (m * dx).mul_add(xs, a.s);
-                        }
-                    }
-                    let _ = xs;
-                }
-            }
-            finish(&acc, out);
+        acc[0] = octet::finish(acc[0], octet::reduce8(&lanes), vs, dx);
+        if F == 1 || F == 3 {
+            let (m, ds) = if n == 8 {
+                (gather_f16_8(blk0.add(2), ts), _mm256_loadu_ps(x.dsum32.as_ptr().add(b0)))
+            } else {
+                (gather_f16(blk0.add(2), ts, n), octet::load_partial(x.dsum32.as_ptr().add(b0), n))
+            };
+            acc[1] = _mm256_fmadd_ps(m, ds, acc[1]);
         }
-    };
-}
-
-kernel32!(dot_q4_0, 18, |blk| widen(nibbles(blk.add(2)), 8), None);
-kernel32!(dot_q4_1, 20, |blk| widen(nibbles(blk.add(4)), 0), Some(f16_at(blk.add(2))));
-kernel32!(dot_q5_0, 22, |blk| widen(_mm256_or_si256(nibbles(blk.add(6)), fifth_bits(blk.add(2))), 16), None);
-kernel32!(
-    dot_q5_1,
-    24,
-    |blk| widen(_mm256_or_si256(nibbles(blk.add(8)), fifth_bits(blk.add(4))), 0),
-    Some(f16_at(blk.add(2)))
-);
-kernel32!(
-    dot_q8_0,
-    34,
-    |blk| {
-        let v = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-        (_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)))
-    },
-    None
-);
-
-/// Stamps out a kernel for one 256-element super-block format with a per-block function.
-macro_rules! kernel256 {
-    ($name:ident, $ts:expr, $block:ident) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name<const R: usize>(rows: *const u8, rb: usize, x: ActRow, out: &mut [f32]) {
-            let k = x.q.len();
-            let mut acc = [Acc { v: _mm256_setzero_ps(), s: 0.0 }; R];
-            let (xp, dp, sp) = (x.q.as_ptr(), x.d.as_ptr(), x.sum16.as_ptr());
-            for b in 0..k / 256 {
-                for (rr, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: as for the 32-element kernels.
-                    unsafe { $block(a, rows.add(rr * rb + b * $ts), xp.add(256 * b), dp.add(8 * b), sp.add(16 * b)) };
-                }
-            }
-            finish(&acc, out);
-        }
-    };
-}
-
-kernel256!(dot_q4k, 144, q4k_block);
-kernel256!(dot_q6k, 210, q6k_block);
-
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn finish(acc: &[Acc], out: &mut [f32]) {
-    for (o, a) in out.iter_mut().zip(acc) {
-        *o = crate::matmul::x86_hsum(a.v) + a.s;
     }
 }
 
+/// Eight f16 values `stride` bytes apart, as f32.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_block(a: &mut Acc, blk: *const u8, xq: *const i16, dx: *const f32, s16: *const i32) {
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn gather_f16_8(p: *const u8, stride: usize) -> __m256 {
+    // SAFETY: the caller guarantees eight blocks.
     unsafe {
-        let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
-        let scales = std::slice::from_raw_parts(blk.add(4), 12);
-        let m = _mm256_set1_epi8(0x0F);
-        for c in 0..4 {
-            let v = _mm256_loadu_si256(blk.add(16 + 32 * c) as *const __m256i);
-            let halves = [_mm256_and_si256(v, m), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m)];
-            for (h, bytes) in halves.into_iter().enumerate() {
-                let g = 2 * c + h; // group = 32 elements = one activation block
-                let (sc, mn) = scale_min_k4(g, scales);
-                let (w0, w1) = widen(bytes, 0);
-                let x0 = _mm256_loadu_si256(xq.add(32 * g) as *const __m256i);
-                let x1 = _mm256_loadu_si256(xq.add(32 * g + 16) as *const __m256i);
-                let dxg = *dx.add(g);
-                group32(a, w0, w1, x0, x1, d * sc as f32, dxg);
-                let xs = (*s16.add(2 * g) + *s16.add(2 * g + 1)) as f32;
-                a.s = (-(dmin * mn as f32) * dxg).mul_add(xs, a.s);
-            }
-        }
+        let r = |i: usize| (p.add(i * stride) as *const u16).read_unaligned() as i16;
+        let h = _mm_setr_epi16(r(0), r(1), r(2), r(3), r(4), r(5), r(6), r(7));
+        _mm256_cvtph_ps(h)
     }
 }
 
-#[inline]
+/// Q4_K: one 256-element super-block is exactly one octet of 32-element groups.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_block(a: &mut Acc, blk: *const u8, xq: *const i16, dx: *const f32, _s16: *const i32) {
-    unsafe {
-        let d = f16_at(blk.add(208));
-        let sc = blk.add(192);
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m30 = _mm256_set1_epi8(0x30);
-        for half in 0..2 {
-            let ql0 = _mm256_loadu_si256(blk.add(64 * half) as *const __m256i);
-            let ql1 = _mm256_loadu_si256(blk.add(64 * half + 32) as *const __m256i);
-            let qh = _mm256_loadu_si256(blk.add(128 + 32 * half) as *const __m256i);
-            let es = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                ),
-            ];
-            for (q, e) in es.into_iter().enumerate() {
-                // 32 elements starting at 128·half + 32·q: two 16-element groups.
-                let e0 = 128 * half + 32 * q;
-                let (w0, w1) = widen(e, 32);
-                let dxb = *dx.add(e0 / QA_BLOCK);
-                let x0 = _mm256_loadu_si256(xq.add(e0) as *const __m256i);
-                let x1 = _mm256_loadu_si256(xq.add(e0 + 16) as *const __m256i);
-                let g = e0 / 16;
-                group16(a, w0, x0, d * *sc.add(g) as i8 as f32, dxb);
-                group16(a, w1, x1, d * *sc.add(g + 1) as i8 as f32, dxb);
+unsafe fn dot_q4k(w: *const u8, x: ActRow) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = _mm256_setzero_ps();
+    let m4 = _mm256_set1_epi8(0x0F);
+    for b in 0..x.q.len() / 256 {
+        // SAFETY: super-block b of this row and of the activation row exist.
+        unsafe {
+            let blk = w.add(b * 144);
+            let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
+            let scales = std::slice::from_raw_parts(blk.add(4), 12);
+            let mut vs = [0f32; 8];
+            let mut mc = [0f32; 8];
+            for j in 0..8 {
+                let (sc, m) = scale_min_k4(j, scales);
+                vs[j] = d * sc as f32;
+                mc[j] = -(dmin * m as f32);
+            }
+            let mut lanes = [_mm256_setzero_si256(); 8];
+            let xq = x.q.as_ptr().add(b * 256);
+            for c in 0..4 {
+                let v = _mm256_loadu_si256(blk.add(16 + 32 * c) as *const __m256i);
+                let (l0, l1) = widen(_mm256_and_si256(v, m4), 0);
+                let (h0, h1) = widen(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), 0);
+                lanes[2 * c] = lanes32(l0, l1, xq.add(64 * c));
+                lanes[2 * c + 1] = lanes32(h0, h1, xq.add(64 * c + 32));
+            }
+            let dx = _mm256_loadu_ps(x.d.as_ptr().add(8 * b));
+            acc = octet::finish(acc, octet::reduce8(&lanes), _mm256_loadu_ps(vs.as_ptr()), dx);
+            accm = _mm256_fmadd_ps(_mm256_loadu_ps(mc.as_ptr()), _mm256_loadu_ps(x.dsum32.as_ptr().add(8 * b)), accm);
+        }
+    }
+    x86_hsum(acc) + x86_hsum(accm)
+}
+
+/// Q6_K: one super-block is 16 groups of 16 elements — two octets.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6k(w: *const u8, x: ActRow) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    for b in 0..x.q.len() / 256 {
+        // SAFETY: super-block b of this row and of the activation row exist.
+        unsafe {
+            let blk = w.add(b * 210);
+            let d = f16_at(blk.add(208));
+            let sc = blk.add(192);
+            for half in 0..2 {
+                let ql0 = _mm256_loadu_si256(blk.add(64 * half) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(blk.add(64 * half + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * half) as *const __m256i);
+                // Elements 128·half + 32·q + (0..32) for q = 0..4.
+                let es = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                    ),
+                ];
+                let xq = x.q.as_ptr().add(b * 256 + 128 * half);
+                let mut lanes = [_mm256_setzero_si256(); 8];
+                for (q, e) in es.into_iter().enumerate() {
+                    let (w0, w1) = widen(e, 32);
+                    lanes[2 * q] = _mm256_madd_epi16(w0, _mm256_loadu_si256(xq.add(32 * q) as *const __m256i));
+                    lanes[2 * q + 1] = _mm256_madd_epi16(w1, _mm256_loadu_si256(xq.add(32 * q + 16) as *const __m256i));
+                }
+                let g0 = 16 * b + 8 * half; // first 16-element group of this octet
+                let mut vs = [0f32; 8];
+                for (i, v) in vs.iter_mut().enumerate() {
+                    *v = d * *sc.add(8 * half + i) as i8 as f32;
+                }
+                let dx = _mm256_loadu_ps(x.d16.as_ptr().add(g0));
+                acc = octet::finish(acc, octet::reduce8(&lanes), _mm256_loadu_ps(vs.as_ptr()), dx);
             }
         }
     }
+    x86_hsum(acc) + x86_hsum(_mm256_setzero_ps())
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }

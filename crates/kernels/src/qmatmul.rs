@@ -1,25 +1,33 @@
 //! `out = x · Wᵀ` for quantized `W`, with int16 activations ([`QuantizedActs`]) and weights
-//! unpacked into a [`Panel`].
+//! unpacked into a [`Panel`] (or, for decode, expanded in registers by [`crate::qgemv`]).
 //!
-//! The reduction of one output is fixed, whatever `m`, the thread or the tier:
-//! for each weight group `g` in order, an 8-lane integer dot (`lane l` sums elements
-//! `{2l, 2l+1, 16+2l, 16+2l+1}` of the group — exact, so its internal order is irrelevant) is
-//! converted to f32 and fused-multiply-added into an 8-lane accumulator with scale
-//! `vscale[g]·dx`; minimum terms go to a scalar accumulator as `fma(mcoef[g]·dx, Σxq, acc)`;
-//! the result is the fixed horizontal sum of the lanes plus the scalar. The scalar tier computes
-//! exactly this, so every tier is bit-identical to it.
+//! The reduction of one output is fixed, whatever `m`, the thread or the tier. For each weight
+//! group `g` (16 or 32 elements) in order:
+//!
+//! - `isum_g = Σ q_w · q_x` over the group, in integers (exact, so its internal order is free);
+//! - `acc[g mod 8] = fma(isum_g as f32, vscale_g · dx_g, acc[g mod 8])`;
+//! - with minimums: `accm[g mod 8] = fma(mcoef_g, (dx·Σq_x)_g, accm[g mod 8])`;
+//!
+//! and the result is `hsum(acc) + hsum(accm)` with the fixed 8-lane horizontal sum. Putting
+//! eight consecutive groups in the eight lanes lets SIMD tiers finish eight groups with one
+//! convert, one multiply and one fused multiply-add. The scalar tier computes exactly this, so
+//! every tier is bit-identical to it.
 
 use crate::isa::Tier;
-use crate::matmul::SyncPtr;
+use crate::matmul::{SyncPtr, hsum8};
 use crate::pool;
 use crate::qpanel::Panel;
-use crate::quant_act::{ActRow, QA_BLOCK, QuantizedActs};
+use crate::quant_act::{ActRow, QuantizedActs};
 use crate::weight::Weight;
 use std::cell::RefCell;
 
 thread_local! {
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
 }
+
+/// Up to this many activation rows, supported formats skip the panel and expand weights in
+/// registers (decode); more rows amortize a panel better (prefill). Results are identical.
+const FUSED_MAX_M: usize = 4;
 
 /// `out[i·n + j] = Σ_k x[i,k] · W[j,k]` with `x` already quantized.
 pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
@@ -36,46 +44,28 @@ pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
     pool::global().run(n_tasks, &|t| {
         let j0 = t * per;
         let j1 = (j0 + per).min(n);
+        // SAFETY (all writes below): this task alone writes columns j0..j1 of every output row.
+        let out_row = |i: usize| unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j0), j1 - j0) };
         if fused {
             #[cfg(target_arch = "x86_64")]
             for i in 0..m {
-                let mut j = j0;
-                while j < j1 {
-                    let r = (j1 - j).min(4);
-                    // SAFETY: this task alone writes columns j0..j1 of every output row; the
-                    // weight rows j..j+r exist and the tier supports the kernel.
-                    unsafe {
-                        let o = std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j), r);
-                        crate::qgemv::dot_rows(w.ty, w.bytes().as_ptr().add(j * rb), rb, x.row(i), o);
-                    }
-                    j += r;
-                }
+                // SAFETY: rows j0..j1 exist; the tier supports the kernel.
+                unsafe { crate::qgemv::dot_rows(w.ty, w.bytes().as_ptr().add(j0 * rb), rb, x.row(i), out_row(i)) };
             }
             return;
         }
         PANEL.with(|cell| {
             let mut p = cell.borrow_mut();
             p.unpack(tier, w.ty, &w.bytes()[j0 * rb..j1 * rb], j1 - j0, k);
-            let mut res = [0f32; 4];
             for i in 0..m {
-                let xr = x.row(i);
-                let mut j = 0;
-                while j < j1 - j0 {
-                    let r = (j1 - j0 - j).min(4);
-                    dot_rows(tier, &p, j, xr, &mut res[..r]);
-                    // SAFETY: this task alone writes columns j0..j1 of every output row.
-                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j0 + j), r) };
-                    o.copy_from_slice(&res[..r]);
-                    j += r;
+                let (xr, o) = (x.row(i), out_row(i));
+                for (r, v) in o.iter_mut().enumerate() {
+                    *v = dot(tier, &p, r, xr);
                 }
             }
         });
     });
 }
-
-/// Up to this many activation rows, supported formats skip the panel and expand weights in
-/// registers (decode); more rows amortize a panel better (prefill). Results are identical.
-const FUSED_MAX_M: usize = 4;
 
 fn fused_available(tier: Tier, ty: crate::ggml::GgmlType) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -86,100 +76,167 @@ fn fused_available(tier: Tier, ty: crate::ggml::GgmlType) -> bool {
     false
 }
 
-/// Dots `x` with panel rows `j..j+out.len()` (at most 4).
-fn dot_rows(tier: Tier, p: &Panel, j: usize, x: ActRow, out: &mut [f32]) {
+fn dot(tier: Tier, p: &Panel, row: usize, x: ActRow) -> f32 {
     match tier {
         #[cfg(target_arch = "x86_64")]
-        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(p, j, x, out) },
-        _ => {
-            for (r, o) in out.iter_mut().enumerate() {
-                *o = dot_scalar(p, j + r, x);
-            }
-        }
+        // SAFETY: the tier supports AVX2/FMA.
+        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot(p, row, x) },
+        _ => dot_scalar(p, row, x),
     }
 }
 
 /// The reference reduction for one panel row (see the module docs).
 pub fn dot_scalar(p: &Panel, row: usize, x: ActRow) -> f32 {
     let (g, k) = (p.group, p.k);
-    let q = &p.q[row * k..(row + 1) * k];
     let groups = k / g;
+    let q = &p.q[row * k..(row + 1) * k];
+    let vs = &p.vscale[row * groups..(row + 1) * groups];
+    let (dx, dsum) = (x.group_scale(g), x.group_dsum(g));
     let mut acc = [0f32; 8];
-    let mut acc_s = 0f32;
+    let mut accm = [0f32; 8];
     for gi in 0..groups {
-        let base = gi * g;
-        let dx = x.d[base / QA_BLOCK];
-        let mut lanes = [0i32; 8];
-        for h in (0..g).step_by(16) {
-            for (l, lane) in lanes.iter_mut().enumerate() {
-                let t = base + h + 2 * l;
-                *lane += q[t] as i32 * x.q[t] as i32 + q[t + 1] as i32 * x.q[t + 1] as i32;
-            }
-        }
-        let s = p.vscale[row * groups + gi] * dx;
-        for (a, &lane) in acc.iter_mut().zip(&lanes) {
-            *a = (lane as f32).mul_add(s, *a);
-        }
+        let t = gi * g..(gi + 1) * g;
+        let isum: i32 = q[t.clone()].iter().zip(&x.q[t]).map(|(&a, &b)| a as i32 * b as i32).sum();
+        acc[gi % 8] = (isum as f32).mul_add(vs[gi] * dx[gi], acc[gi % 8]);
         if let Some(mc) = &p.mcoef {
-            let xs = group_sum(x, base, g);
-            acc_s = (mc[row * groups + gi] * dx).mul_add(xs as f32, acc_s);
+            accm[gi % 8] = mc[row * groups + gi].mul_add(dsum[gi], accm[gi % 8]);
         }
     }
-    crate::matmul::hsum8(&acc) + acc_s
+    hsum8(&acc) + hsum8(&accm)
 }
 
-#[inline]
-fn group_sum(x: ActRow, base: usize, g: usize) -> i32 {
-    if g == 32 { x.sum16[base / 16] + x.sum16[base / 16 + 1] } else { x.sum16[base / 16] }
+/// Shared by the panel and fused x86 kernels: eight groups' integer lanes → one vector of their
+/// eight sums, and the per-octet epilogue.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod octet {
+    use std::arch::x86_64::*;
+
+    /// `[Σ l[0], …, Σ l[7]]` (each vector's 8 lanes summed; exact integer arithmetic).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub fn reduce8(l: &[__m256i; 8]) -> __m256i {
+        let t0 = _mm256_hadd_epi32(l[0], l[1]);
+        let t1 = _mm256_hadd_epi32(l[2], l[3]);
+        let t2 = _mm256_hadd_epi32(l[4], l[5]);
+        let t3 = _mm256_hadd_epi32(l[6], l[7]);
+        let u0 = _mm256_hadd_epi32(t0, t1); // [g0 g1 g2 g3 | g0 g1 g2 g3] halves
+        let u1 = _mm256_hadd_epi32(t2, t3); // [g4 g5 g6 g7 | g4 g5 g6 g7] halves
+        let lo = _mm256_permute2x128_si256::<0x20>(u0, u1);
+        let hi = _mm256_permute2x128_si256::<0x31>(u0, u1);
+        _mm256_add_epi32(lo, hi)
+    }
+
+    /// `acc = fma(isums as f32, vs · dx, acc)` for eight groups.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn finish(acc: __m256, isums: __m256i, vs: __m256, dx: __m256) -> __m256 {
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums), _mm256_mul_ps(vs, dx), acc)
+    }
+
+    /// Loads `n ≤ 8` floats into the low lanes, zeros above (zero lanes leave accumulators as
+    /// they are: `fma(0, 0, a) = a`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn load_partial(p: *const f32, n: usize) -> __m256 {
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane);
+        // SAFETY: the caller guarantees n readable floats; masked-off lanes are not read.
+        unsafe { _mm256_maskload_ps(p, mask) }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
+    use crate::matmul::x86_hsum;
     use std::arch::x86_64::*;
 
-    /// Up to four panel rows against one activation row, sharing the activation loads.
+    /// One panel row against one activation row, eight groups at a time.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_rows(p: &Panel, j: usize, x: ActRow, out: &mut [f32]) {
-        let (g, k) = (p.group, p.k);
-        let groups = k / g;
-        let r = out.len();
-        assert!(r <= 4 && (j + r) * k <= p.q.len() && (j + r) * groups <= p.vscale.len());
-        assert!(x.q.len() == k && x.d.len() * QA_BLOCK == k && x.sum16.len() * 16 == k);
-        let mc = p.mcoef.as_deref();
-        if let Some(mc) = mc {
-            assert!((j + r) * groups <= mc.len());
+    pub(super) unsafe fn dot(p: &Panel, row: usize, x: ActRow) -> f32 {
+        match (p.group, p.mcoef.is_some()) {
+            (32, false) => unsafe { dot_g::<32, false>(p, row, x) },
+            (32, true) => unsafe { dot_g::<32, true>(p, row, x) },
+            (_, false) => unsafe { dot_g::<16, false>(p, row, x) },
+            (_, true) => unsafe { dot_g::<16, true>(p, row, x) },
         }
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut acc_s = [0f32; 4];
-        let (qp, xp, vp) = (p.q.as_ptr(), x.q.as_ptr(), p.vscale.as_ptr());
-        let (dp, sp) = (x.d.as_ptr(), x.sum16.as_ptr());
-        for gi in 0..groups {
-            let base = gi * g;
-            // SAFETY: every index below is bounded by the asserts above.
-            unsafe {
-                let dx = *dp.add(base / QA_BLOCK);
-                let x0 = _mm256_loadu_si256(xp.add(base) as *const __m256i);
-                let x1 = if g == 32 { _mm256_loadu_si256(xp.add(base + 16) as *const __m256i) } else { x0 };
-                let xs = if g == 32 { *sp.add(base / 16) + *sp.add(base / 16 + 1) } else { *sp.add(base / 16) } as f32;
-                for rr in 0..r {
-                    let row = j + rr;
-                    let wq = qp.add(row * k + base);
-                    let mut lanes = _mm256_madd_epi16(_mm256_loadu_si256(wq as *const __m256i), x0);
-                    if g == 32 {
-                        let hi = _mm256_madd_epi16(_mm256_loadu_si256(wq.add(16) as *const __m256i), x1);
-                        lanes = _mm256_add_epi32(lanes, hi);
-                    }
-                    let s = *vp.add(row * groups + gi) * dx;
-                    acc[rr] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(s), acc[rr]);
-                    if let Some(mc) = mc {
-                        acc_s[rr] = (*mc.as_ptr().add(row * groups + gi) * dx).mul_add(xs, acc_s[rr]);
-                    }
-                }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_g<const G: usize, const MINS: bool>(p: &Panel, row: usize, x: ActRow) -> f32 {
+        let k = p.k;
+        let groups = k / G;
+        assert!((row + 1) * k <= p.q.len() && (row + 1) * groups <= p.vscale.len() && x.q.len() == k);
+        let (dx, dsum) = (x.group_scale(G), x.group_dsum(G));
+        assert!(dx.len() == groups && dsum.len() == groups);
+        let mc = match &p.mcoef {
+            Some(m) if MINS => {
+                assert!((row + 1) * groups <= m.len());
+                m[row * groups..].as_ptr()
+            }
+            _ => std::ptr::null(),
+        };
+        let q = p.q[row * k..].as_ptr();
+        let vs = p.vscale[row * groups..].as_ptr();
+        let xq = x.q.as_ptr();
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut g0 = 0;
+        // SAFETY: groups g0..g0+n are within the row (asserts above).
+        unsafe {
+            while g0 + 8 <= groups {
+                octet_g::<G, MINS>(q, xq, vs, mc, dx.as_ptr(), dsum.as_ptr(), g0, 8, &mut acc);
+                g0 += 8;
+            }
+            if g0 < groups {
+                octet_g::<G, MINS>(q, xq, vs, mc, dx.as_ptr(), dsum.as_ptr(), g0, groups - g0, &mut acc);
             }
         }
-        for rr in 0..r {
-            out[rr] = crate::matmul::x86_hsum(acc[rr]) + acc_s[rr];
+        let (acc, accm) = (acc[0], acc[1]);
+        x86_hsum(acc) + x86_hsum(accm)
+    }
+
+    /// Groups `g0..g0+n` (`n ≤ 8`) of one panel row into `acc` (values, minimums).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn octet_g<const G: usize, const MINS: bool>(
+        q: *const i16,
+        xq: *const i16,
+        vs: *const f32,
+        mc: *const f32,
+        dx: *const f32,
+        dsum: *const f32,
+        g0: usize,
+        n: usize,
+        acc: &mut [__m256; 2],
+    ) {
+        let mut lanes = [_mm256_setzero_si256(); 8];
+        // SAFETY: the caller guarantees groups g0..g0+n.
+        unsafe {
+            for (gi, l) in lanes.iter_mut().enumerate() {
+                if gi >= n {
+                    break;
+                }
+                let base = (g0 + gi) * G;
+                let a = _mm256_madd_epi16(
+                    _mm256_loadu_si256(q.add(base) as *const __m256i),
+                    _mm256_loadu_si256(xq.add(base) as *const __m256i),
+                );
+                *l = if G == 32 {
+                    let b = _mm256_madd_epi16(
+                        _mm256_loadu_si256(q.add(base + 16) as *const __m256i),
+                        _mm256_loadu_si256(xq.add(base + 16) as *const __m256i),
+                    );
+                    _mm256_add_epi32(a, b)
+                } else {
+                    a
+                };
+            }
+            let load = |p: *const f32| if n == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, n) };
+            acc[0] = octet::finish(acc[0], octet::reduce8(&lanes), load(vs.add(g0)), load(dx.add(g0)));
+            if MINS {
+                acc[1] = _mm256_fmadd_ps(load(mc.add(g0)), load(dsum.add(g0)), acc[1]);
+            }
         }
     }
 }
@@ -242,7 +299,9 @@ mod tests {
     #[test]
     fn tiers_are_bit_identical_and_rows_are_batch_invariant() {
         for ty in GgmlType::ALL.into_iter().filter(|t| t.is_quantized()) {
-            let (n, k) = (13, 256);
+            // 288 = 9 groups of 32 (or 18 of 16 for K-less sizes): exercises partial octets.
+            let k = if ty.block_size() == 256 { 768 } else { 288 };
+            let n = 13;
             let w = quantize_random(ty, n, k, 3);
             let x = rand_vec(7 * k, 4);
             let xq = QuantizedActs::quantize(&x, 7, k);

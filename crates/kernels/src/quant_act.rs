@@ -4,6 +4,9 @@
 //! is at most `max|x_block| / 65534` — about 1.5e-5 of the block's largest value, far below the
 //! 8-bit activations llama.cpp uses (≈ 4e-3) and below bf16's own rounding. Integer dot products
 //! over a block are exact, so only the per-block float epilogue has an order to fix.
+//!
+//! Alongside the values each row keeps what the dot kernels' epilogues read per weight group of
+//! 32 or 16 elements: the scale (`d`, `d16`) and the scaled sum `d · Σq` (`dsum32`, `dsum16`).
 
 /// Values per activation block.
 pub const QA_BLOCK: usize = 32;
@@ -18,6 +21,11 @@ pub struct QuantizedActs {
     pub d: Vec<f32>,
     /// `Σ q` over each 16 values: `m × k/16` (for weight formats with offsets/minimums).
     pub sum16: Vec<i32>,
+    /// The 32-block scale repeated per 16 values: `m × k/16`.
+    pub d16: Vec<f32>,
+    /// `d · Σq` per 32 values (`m × k/32`) and per 16 values (`m × k/16`), in f32.
+    pub dsum32: Vec<f32>,
+    pub dsum16: Vec<f32>,
 }
 
 /// One row's view.
@@ -26,6 +34,23 @@ pub struct ActRow<'a> {
     pub q: &'a [i16],
     pub d: &'a [f32],
     pub sum16: &'a [i32],
+    pub d16: &'a [f32],
+    pub dsum32: &'a [f32],
+    pub dsum16: &'a [f32],
+}
+
+impl ActRow<'_> {
+    /// Scale of weight group `g` of `group` (16 or 32) elements.
+    #[inline]
+    pub fn group_scale(&self, group: usize) -> &[f32] {
+        if group == 32 { self.d } else { self.d16 }
+    }
+
+    /// `d · Σq` of weight group `g`.
+    #[inline]
+    pub fn group_dsum(&self, group: usize) -> &[f32] {
+        if group == 32 { self.dsum32 } else { self.dsum16 }
+    }
 }
 
 impl QuantizedActs {
@@ -43,9 +68,27 @@ impl QuantizedActs {
         if matches!(crate::isa::tier(), crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
             // SAFETY: the tier guarantees AVX2; buffer sizes were set just above.
             unsafe { x86::quantize(x, &mut self.q, &mut self.d, &mut self.sum16) };
+            self.derive();
             return;
         }
         self.quantize_scalar(x);
+        self.derive();
+    }
+
+    /// Fills the per-group epilogue inputs from `d` and `sum16`.
+    fn derive(&mut self) {
+        let blocks = self.d.len();
+        self.d16.resize(2 * blocks, 0.0);
+        self.dsum16.resize(2 * blocks, 0.0);
+        self.dsum32.resize(blocks, 0.0);
+        for b in 0..blocks {
+            let (d, s0, s1) = (self.d[b], self.sum16[2 * b], self.sum16[2 * b + 1]);
+            self.d16[2 * b] = d;
+            self.d16[2 * b + 1] = d;
+            self.dsum16[2 * b] = d * s0 as f32;
+            self.dsum16[2 * b + 1] = d * s1 as f32;
+            self.dsum32[b] = d * (s0 + s1) as f32;
+        }
     }
 
     fn quantize_scalar(&mut self, x: &[f32]) {
@@ -74,6 +117,9 @@ impl QuantizedActs {
             q: &self.q[i * k..(i + 1) * k],
             d: &self.d[i * k / QA_BLOCK..(i + 1) * k / QA_BLOCK],
             sum16: &self.sum16[i * k / 16..(i + 1) * k / 16],
+            d16: &self.d16[i * k / 16..(i + 1) * k / 16],
+            dsum32: &self.dsum32[i * k / QA_BLOCK..(i + 1) * k / QA_BLOCK],
+            dsum16: &self.dsum16[i * k / 16..(i + 1) * k / 16],
         }
     }
 
@@ -143,7 +189,14 @@ mod tests {
         x[40] = 0.5 / 32767.0 * 3.0; // values landing on .5 steps exercise ties
         x[100..132].iter_mut().for_each(|v| *v = 0.0);
         let simd = QuantizedActs::quantize(&x, 8, 96);
-        let mut scalar = QuantizedActs { m: 8, k: 96, q: vec![0; 8 * 96], d: vec![0.0; 8 * 3], sum16: vec![0; 8 * 6] };
+        let mut scalar = QuantizedActs {
+            m: 8,
+            k: 96,
+            q: vec![0; 8 * 96],
+            d: vec![0.0; 8 * 3],
+            sum16: vec![0; 8 * 6],
+            ..Default::default()
+        };
         scalar.quantize_scalar(&x);
         assert_eq!(simd.q, scalar.q);
         assert_eq!(simd.d, scalar.d);
