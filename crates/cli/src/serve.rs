@@ -184,9 +184,13 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
     let l = setup::load(model.as_deref(), args)?;
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;
+    let defaults = SamplingDefaults::from_generation_config(l.generation.as_ref());
+    if defaults != SamplingDefaults::default() {
+        info!("default sampling parameters from the model's generation config: {defaults:?}");
+    }
     Ok(ModelContext {
         engine: EngineHandle::spawn(l.core),
-        defaults: SamplingDefaults::from_generation_config(l.generation.as_ref()),
+        defaults,
         tokenizer: l.tokenizer,
         chat_template: l.chat_template.map(|t| Arc::clone(&t)),
         max_logprobs: l.max_logprobs,

@@ -92,7 +92,10 @@ impl RequestPlan {
             return Err(ApiError::invalid("n", format!("n must be at most {MAX_N}, got {n}.")));
         }
         let stream = f.stream.unwrap_or(false);
-        if !stream && f.stream_options.is_some() {
+        // vLLM tests the dict's truthiness: `{}` is allowed without `stream`.
+        let has_options =
+            f.stream_options.as_ref().is_some_and(|o| o.include_usage.is_some() || o.continuous_usage_stats.is_some());
+        if !stream && has_options {
             return Err(ApiError::invalid("stream_options", "Stream options can only be defined when `stream=True`."));
         }
         let logprobs = logprob_count(inp.logprobs_param, inp.logprobs, model, "sample")?;

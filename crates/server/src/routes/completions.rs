@@ -1,6 +1,6 @@
 //! `POST /v1/completions`, streaming and not, as vLLM's `OpenAIServingCompletion`.
 
-use crate::errors::ApiResult;
+use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
 use crate::json_body::typed;
 use crate::prompt::{TokenizeOptions, completion_prompts};
@@ -29,6 +29,8 @@ use vllm_rs_frontend::OutputDelta;
 
 /// OpenAI's default `max_tokens` for completions (vLLM's `CompletionRequest.max_tokens = 16`).
 const DEFAULT_MAX_TOKENS: usize = 16;
+/// Sequences one request may start (prompts x n), as vLLM's `VLLM_MAX_N_SEQUENCES` bounds `n`.
+const MAX_SEQUENCES: usize = 16384;
 
 pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     match handle(state, headers, body).await {
@@ -80,6 +82,17 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
         &model,
     )?;
     let prompts = completion_prompts(req.prompt, &opts, &model, limits)?;
+    if prompts.len() * plan.n > MAX_SEQUENCES {
+        return Err(ApiError::invalid(
+            "n",
+            format!(
+                "{} prompts x n = {} asks for {} sequences; at most {MAX_SEQUENCES} per request.",
+                prompts.len(),
+                plan.n,
+                prompts.len() * plan.n
+            ),
+        ));
+    }
     let mut specs = Vec::with_capacity(prompts.len() * plan.n);
     for (pi, p) in prompts.iter().enumerate() {
         let max_tokens = plan.max_tokens(p.ids.len(), &model, limits)?;
