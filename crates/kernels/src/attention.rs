@@ -142,6 +142,7 @@ thread_local! {
 
 /// The two vector loops of attention, on the process's tier.
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct VecOps(crate::isa::Tier);
 
 impl VecOps {

@@ -8,7 +8,9 @@
 //! Work is split over weight rows (`n`); each task dequantizes its rows to f32 once and reuses
 //! them for all `m` activation rows.
 
-use crate::ggml::{self, GgmlType};
+use crate::ggml;
+#[cfg(target_arch = "x86_64")]
+use crate::ggml::GgmlType;
 use crate::isa::{self, Tier};
 use crate::pool;
 use crate::quant_act::QuantizedActs;
@@ -63,6 +65,7 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
     let n_tasks = n.div_ceil(per);
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let fused = m <= FUSED_MAX_M && matches!(tier, Tier::Avx2 | Tier::Avx512) && !w.ty.is_quantized();
+    #[cfg(target_arch = "x86_64")]
     let rb = w.row_bytes();
     pool::global().run(n_tasks, &|t| {
         let j0 = t * per;

@@ -202,6 +202,7 @@ pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: O
 
 /// The scale part of [`unpack_block`] alone, for SIMD tiers that unpack the values themselves.
 /// Same arithmetic as the scalar path, so the results are identical.
+#[cfg(target_arch = "x86_64")]
 fn unpack_scales(ty: GgmlType, b: &[u8], vs: &mut [f32], mc: Option<&mut [f32]>) {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => vs[0] = f16_at(b, 0),
