@@ -1,6 +1,6 @@
 //! `vllm-rs serve [MODEL]`: the OpenAI-compatible server, with `vllm serve`'s flags.
 
-use crate::args::{EngineArgs, PolicyArg, parse_bytes};
+use crate::args::{EngineArgs, parse_bytes};
 use crate::setup;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -195,7 +195,6 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
         chat_template: l.chat_template.map(|t| Arc::clone(&t)),
         max_logprobs: l.max_logprobs,
         default_seed: l.default_seed,
-        priority_scheduling: args.scheduling_policy == PolicyArg::Priority,
         metrics: Metrics::new(served_name, max_model_len),
     })
 }

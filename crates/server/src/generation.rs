@@ -129,10 +129,6 @@ impl Generation {
         &self.seqs
     }
 
-    pub fn all_finished(&self) -> bool {
-        self.seqs.iter().all(|s| s.proc.is_finished())
-    }
-
     /// The next output of any sequence; `None` when all are done.
     pub async fn next(&mut self) -> Option<Event> {
         loop {

@@ -248,8 +248,7 @@ pub fn chat_prompt(
     check_chars("messages", chars, limits)?;
     let request_template;
     let template: &ChatTemplate = match input.request_template {
-        Some(src) if !state.config.trust_request_chat_template => {
-            let _ = src;
+        Some(_) if !state.config.trust_request_chat_template => {
             return Err(ApiError::invalid(
                 "chat_template",
                 "Chat template is passed with request, but --trust-request-chat-template is not set. Refused request \

@@ -11,8 +11,11 @@ use vllm_rs_frontend::{OutputOptions, Tokenizer};
 
 /// vLLM's `VLLM_MAX_N_SEQUENCES`.
 const MAX_N: i64 = 16384;
-/// vLLM's `VLLM_MAX_STOP_STRINGS`.
-const MAX_STOP_STRINGS: usize = 4;
+/// vLLM's `VLLM_MAX_STOP_STRINGS` (4 unless that environment variable says otherwise).
+fn max_stop_strings() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| std::env::var("VLLM_MAX_STOP_STRINGS").ok().and_then(|v| v.parse().ok()).unwrap_or(4))
+}
 /// vLLM's `VLLM_MAX_NUM_BAD_WORDS`.
 const MAX_BAD_WORDS: usize = 128;
 const MAX_CACHE_SALT_CHARS: usize = 128;
@@ -112,10 +115,14 @@ impl RequestPlan {
         let prompt_logprobs = logprob_count("prompt_logprobs", prompt_logprobs_req, model, "prompt")?;
 
         let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
-        if stop.len() > MAX_STOP_STRINGS {
+        if stop.len() > max_stop_strings() {
             return Err(ApiError::schema(
                 "stop",
-                format!("stop: List should have at most {MAX_STOP_STRINGS} items after validation, not {}", stop.len()),
+                format!(
+                    "stop: List should have at most {} items after validation, not {}",
+                    max_stop_strings(),
+                    stop.len()
+                ),
             ));
         }
         if stop.iter().any(String::is_empty) {

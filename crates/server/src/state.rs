@@ -46,8 +46,6 @@ pub struct ModelContext {
     pub max_logprobs: usize,
     /// `--seed`: requests without a seed get `seed + k` for the k-th sequence served.
     pub default_seed: Option<u64>,
-    /// Whether the engine orders by `priority` (otherwise a non-zero priority is an error).
-    pub priority_scheduling: bool,
     pub metrics: Metrics,
 }
 
