@@ -203,16 +203,18 @@ impl Generation {
         }
         s.recorded = true;
         let generated = s.num_generated();
-        let tpot = match (s.first_token, s.last_token) {
-            (Some(a), Some(b)) if generated > 1 => Some((b - a).as_secs_f64() / (generated - 1) as f64),
+        let decode = match (s.first_token, s.last_token) {
+            (Some(a), Some(b)) => Some((b - a).as_secs_f64()),
             _ => None,
         };
+        let tpot = decode.filter(|_| generated > 1).map(|d| d / (generated - 1) as f64);
         let r = SequenceRecord {
             finish_reason: Some(s.proc.finish_reason().unwrap_or(FinishReason::Abort)),
             time_to_first_token: s.first_token.map(|t| (t - arrival).as_secs_f64()),
             inter_token_latencies: std::mem::take(&mut s.inter_token),
             e2e_latency: arrival.elapsed().as_secs_f64(),
             time_per_output_token: tpot,
+            decode_time: decode,
             prompt_tokens: s.spec.prompt.ids.len(),
             generation_tokens: generated,
             max_tokens_param: s.spec.max_tokens_param,

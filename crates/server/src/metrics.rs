@@ -112,6 +112,8 @@ pub struct SequenceRecord {
     pub e2e_latency: f64,
     /// (last token − first token) / (generated − 1), when more than one token came.
     pub time_per_output_token: Option<f64>,
+    /// Last token − first token (vLLM's decode phase).
+    pub decode_time: Option<f64>,
     pub prompt_tokens: usize,
     pub generation_tokens: usize,
     pub max_tokens_param: usize,
@@ -123,6 +125,7 @@ pub struct Metrics {
     itl: Histogram,
     tpot: Histogram,
     e2e: Histogram,
+    decode: Histogram,
     prompt_tokens: Histogram,
     generation_tokens: Histogram,
     params_n: Histogram,
@@ -154,6 +157,11 @@ impl Metrics {
             e2e: Histogram::new(
                 "vllm:e2e_request_latency_seconds",
                 "Histogram of e2e request latency in seconds.",
+                REQUEST_LATENCY.to_vec(),
+            ),
+            decode: Histogram::new(
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
                 REQUEST_LATENCY.to_vec(),
             ),
             prompt_tokens: Histogram::new(
@@ -203,6 +211,9 @@ impl Metrics {
             self.tpot.observe(t);
         }
         self.e2e.observe(r.e2e_latency);
+        if let Some(t) = r.decode_time {
+            self.decode.observe(t);
+        }
         self.prompt_tokens.observe(r.prompt_tokens as f64);
         self.generation_tokens.observe(r.generation_tokens as f64);
         self.params_max_tokens.observe(r.max_tokens_param as f64);
@@ -283,6 +294,7 @@ impl Metrics {
             &self.itl,
             &self.tpot,
             &self.e2e,
+            &self.decode,
         ] {
             h.render(&mut out, l);
         }
