@@ -68,6 +68,9 @@ pub struct PpTgArgs {
     /// Repetitions (llama-bench `-r`).
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
+    /// Output format: `md` (a table) or `json` (llama-bench's field names).
+    #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
+    pub output: String,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -177,8 +180,7 @@ fn pp_tg(a: PpTgArgs) -> Result<()> {
     let vocab = l.core.model().info().vocab_size;
     let threads = vllm_rs_kernels::pool::global().n_threads();
     let mut rng = StdRng::seed_from_u64(0);
-    println!("| model | threads | test | t/s |");
-    println!("| --- | ---: | ---: | ---: |");
+    let mut rows: Vec<(String, usize, usize, f64, f64)> = Vec::new(); // test, n_prompt, n_gen, mean, sd
     let mut id = 0;
     let mut next_id = || {
         id += 1;
@@ -194,7 +196,7 @@ fn pp_tg(a: PpTgArgs) -> Result<()> {
             }
         }
         let (m, sd) = mean_sd(&rates);
-        println!("| {model} | {threads} | pp{p} | {m:.2} ± {sd:.2} |");
+        rows.push((format!("pp{p}"), p, 0, m, sd));
     }
     for &n in &a.n_gen {
         let mut rates = Vec::new();
@@ -213,7 +215,23 @@ fn pp_tg(a: PpTgArgs) -> Result<()> {
             }
         }
         let (m, sd) = mean_sd(&rates);
-        println!("| {model} | {threads} | tg{n} | {m:.2} ± {sd:.2} |");
+        rows.push((format!("tg{n}"), 0, n, m, sd));
+    }
+    if a.output == "json" {
+        let json: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(test, p, n, m, sd)| {
+                serde_json::json!({"model": model, "n_threads": threads, "test": test, "n_prompt": p, "n_gen": n,
+                    "avg_ts": m, "stddev_ts": sd})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        println!("| model | threads | test | t/s |");
+        println!("| --- | ---: | ---: | ---: |");
+        for (test, _, _, m, sd) in &rows {
+            println!("| {model} | {threads} | {test} | {m:.2} ± {sd:.2} |");
+        }
     }
     Ok(())
 }
