@@ -1,0 +1,6 @@
+pub mod client;
+pub mod dataset;
+pub mod metrics;
+pub mod rng;
+pub mod sse;
+pub mod tokenizer;
