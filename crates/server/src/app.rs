@@ -6,11 +6,12 @@ use crate::errors::{method_not_allowed, not_found};
 use crate::routes::{chat, completions, health, metrics, models, tokenize};
 use crate::state::AppState;
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
@@ -38,14 +39,15 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// One line per request, as uvicorn's access log (health checks and scrapes at debug).
 async fn access_log(req: Request, next: Next) -> Response {
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string()).unwrap_or_default();
+    let line = format!("{peer} - \"{} {} {:?}\"", req.method(), req.uri().path(), req.version());
+    let quiet = matches!(req.uri().path(), "/health" | "/metrics" | "/ping");
     let resp = next.run(req).await;
     let status = resp.status();
-    if matches!(path.as_str(), "/health" | "/metrics" | "/ping") {
-        tracing::debug!("\"{method} {path}\" {status}");
+    if quiet {
+        tracing::debug!("{line} {status}");
     } else {
-        tracing::info!("\"{method} {path}\" {status}");
+        tracing::info!("{line} {status}");
     }
     resp
 }

@@ -51,7 +51,8 @@ where
             draining.notify_one();
         }
     };
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(graceful).into_future();
+    let app = router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(graceful).into_future();
     tokio::pin!(server);
     let grace = state.config.shutdown_grace;
     let drained = tokio::select! {
