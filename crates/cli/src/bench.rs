@@ -18,6 +18,8 @@ pub enum BenchCommand {
     Latency(LatencyArgs),
     /// Prompt processing and token generation speed, reported like llama.cpp's `llama-bench`.
     PpTg(PpTgArgs),
+    /// Load-test a running OpenAI-compatible server (like `vllm bench serve`).
+    Serve(Box<vllm_rs_bench::serve::ServeArgs>),
 }
 
 #[derive(Args)]
@@ -80,6 +82,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Throughput(a) => throughput(a),
         BenchCommand::Latency(a) => latency(a),
         BenchCommand::PpTg(a) => pp_tg(a),
+        BenchCommand::Serve(a) => vllm_rs_bench::serve::run(*a).map(|_| ()),
     }
 }
 

@@ -53,9 +53,9 @@ pub fn seed_sequence_state(seed: u64, n_words: usize) -> Vec<u32> {
         }
     }
     for &e in entropy.iter().skip(POOL) {
-        for dst in 0..POOL {
+        for p in pool.iter_mut() {
             let h = hashmix(e);
-            pool[dst] = mix(pool[dst], h);
+            *p = mix(*p, h);
         }
     }
     let mut hash_const = INIT_B;
