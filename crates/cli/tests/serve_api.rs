@@ -323,6 +323,27 @@ fn echo_and_token_prompts(s: &Server, full: &Value) {
     let echoed = s.ok("/v1/completions", &json!({"prompt": ids, "max_tokens": 1, "echo": true}));
     assert!(text_of(&echoed).starts_with(PROMPT));
 
+    // lm-eval's `local-completions` loglikelihood request: token-id prompts, echo, logprobs 1.
+    let other = s.ok("/tokenize", &json!({"prompt": "One, two, three,"}))["tokens"].clone();
+    let ll = s.ok(
+        "/v1/completions",
+        &json!({"prompt": [ids.clone(), other.clone()], "max_tokens": 1, "logprobs": 1, "echo": true, "temperature": 0,
+                "seed": 1234}),
+    );
+    for (i, p) in [&ids, &other].iter().enumerate() {
+        let c = &ll["choices"][i];
+        assert_eq!(c["index"], i);
+        let lp = &c["logprobs"];
+        let n = p.as_array().unwrap().len();
+        assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n + 1);
+        assert!(lp["token_logprobs"][0].is_null());
+        for j in 1..=n {
+            let top = lp["top_logprobs"][j].as_object().unwrap();
+            assert!(!top.is_empty() && top.len() <= 2, "{top:?}");
+            assert!(lp["token_logprobs"][j].as_f64().unwrap() <= max_of(top) + 1e-6);
+        }
+    }
+
     let many = s.ok(
         "/v1/completions",
         &json!({"prompt": [PROMPT, "One, two, three,"], "max_tokens": 24, "temperature": 0, "ignore_eos": true}),
