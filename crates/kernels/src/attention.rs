@@ -81,20 +81,42 @@ pub fn paged_attention(
     p: &AttentionParams,
     out: &mut [f32],
 ) {
+    // One task per (request, kv head, chunk of queries): the heads of a group share K/V reads.
+    const CHUNK: usize = 16;
+    TASKS.with(|cell| {
+        let mut tasks = cell.borrow_mut();
+        tasks.clear();
+        for (s, seq) in seqs.iter().enumerate() {
+            for kvh in 0..p.num_kv_heads {
+                for c in (0..seq.query_len).step_by(CHUNK) {
+                    tasks.push((s, kvh, c, (c + CHUNK).min(seq.query_len)));
+                }
+            }
+        }
+        run_tasks(q, cache, block_size, seqs, p, &tasks, out);
+    });
+}
+
+/// The task list of one call, kept per thread so decode steps do not allocate.
+type Task = (usize, usize, usize, usize);
+
+thread_local! {
+    static TASKS: std::cell::RefCell<Vec<Task>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn run_tasks(
+    q: &[f32],
+    cache: &LayerKvCache,
+    block_size: usize,
+    seqs: &[SeqAttention],
+    p: &AttentionParams,
+    tasks: &[Task],
+    out: &mut [f32],
+) {
     let hd = p.head_dim;
     let q_row = p.num_heads * hd;
     let kv_row = p.num_kv_heads * hd;
     let group = p.num_heads / p.num_kv_heads;
-    // One task per (request, kv head, chunk of queries): the heads of a group share K/V reads.
-    const CHUNK: usize = 16;
-    let mut tasks = Vec::new();
-    for (s, seq) in seqs.iter().enumerate() {
-        for kvh in 0..p.num_kv_heads {
-            for c in (0..seq.query_len).step_by(CHUNK) {
-                tasks.push((s, kvh, c, (c + CHUNK).min(seq.query_len)));
-            }
-        }
-    }
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let vec_ops = VecOps(crate::isa::tier());
     pool::global().run(tasks.len(), &|ti| {

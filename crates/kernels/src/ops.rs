@@ -37,6 +37,7 @@ pub fn rms_norm_rows(x: &mut [f32], dim: usize, w: &[f32], eps: f32, offset: f32
 }
 
 /// Rotary-embedding tables for a set of positions: `cos`/`sin` are `[positions × dim/2]`.
+#[derive(Default)]
 pub struct RopeTable {
     pub half: usize,
     pub cos: Vec<f32>,
@@ -50,18 +51,24 @@ pub fn rope_inv_freq(base: f32, dim: usize) -> Vec<f32> {
 
 impl RopeTable {
     pub fn new(inv_freq: &[f32], positions: &[u32]) -> Self {
-        let half = inv_freq.len();
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
+        let mut t = RopeTable::default();
+        t.fill(inv_freq, positions);
+        t
+    }
+
+    /// Recomputes the table for `positions`, reusing its buffers.
+    pub fn fill(&mut self, inv_freq: &[f32], positions: &[u32]) {
+        self.half = inv_freq.len();
+        self.cos.clear();
+        self.sin.clear();
         for &p in positions {
             for &f in inv_freq {
                 // The angle is an f32 product as in transformers; cos/sin rounded from f64.
                 let a = (p as f32 * f) as f64;
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
+                self.cos.push(a.cos() as f32);
+                self.sin.push(a.sin() as f32);
             }
         }
-        RopeTable { half, cos, sin }
     }
 }
 

@@ -9,14 +9,14 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::error::{Error, Result};
-use crate::layers::{Activation, Attention, Embedding, GatedMlp, Linear, RmsNorm, gather_rows};
+use crate::layers::{Activation, Attention, Embedding, GatedMlp, Linear, RmsNorm, Workspace, gather_rows};
 use crate::model::{Model, ModelInfo};
 use serde::Deserialize;
 use serde_json::Value;
 use vllm_rs_kernels::Weight;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache};
 use vllm_rs_kernels::matmul::matmul;
-use vllm_rs_kernels::ops::{self, RopeTable};
+use vllm_rs_kernels::ops;
 
 #[derive(Deserialize)]
 struct Gemma3Extra {
@@ -68,6 +68,7 @@ pub struct Gemma3Model {
     inv_freq_global: Vec<f32>,
     inv_freq_local: Vec<f32>,
     final_logit_softcapping: Option<f32>,
+    workspace: std::sync::Mutex<Workspace>,
 }
 
 impl Gemma3Model {
@@ -146,6 +147,7 @@ impl Gemma3Model {
             inv_freq_global: ops::rope_inv_freq(c.rope_theta, hd),
             inv_freq_local: ops::rope_inv_freq(x.rope_local_base_freq, hd),
             final_logit_softcapping: x.final_logit_softcapping,
+            workspace: Default::default(),
         })
     }
 }
@@ -158,26 +160,28 @@ impl Model for Gemma3Model {
     fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
         let n = batch.num_tokens();
         let d = self.info.hidden_size;
-        let rope_global = RopeTable::new(&self.inv_freq_global, batch.positions);
-        let rope_local = RopeTable::new(&self.inv_freq_local, batch.positions);
-        let mut h = self.embed_tokens.forward(batch.input_ids, self.embed_scale);
+        let mut guard = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        let ws = &mut *guard;
+        ws.rope.fill(&self.inv_freq_global, batch.positions);
+        ws.rope_local.fill(&self.inv_freq_local, batch.positions);
+        self.embed_tokens.forward(batch.input_ids, self.embed_scale, &mut ws.h);
         for (i, layer) in self.layers.iter().enumerate() {
-            let rope = if layer.sliding { &rope_local } else { &rope_global };
-            let mut x = h.clone();
-            layer.input_layernorm.forward(&mut x);
-            let mut a = layer.self_attn.forward(&x, batch, rope, kv, i);
-            layer.post_attention_layernorm.forward(&mut a);
-            ops::add_assign(&mut h, &a);
-            x.copy_from_slice(&h);
-            layer.pre_feedforward_layernorm.forward(&mut x);
-            let mut m = layer.mlp.forward(&x, n);
-            layer.post_feedforward_layernorm.forward(&mut m);
-            ops::add_assign(&mut h, &m);
+            let rope = if layer.sliding { &ws.rope_local } else { &ws.rope };
+            ws.x.clone_from(&ws.h);
+            layer.input_layernorm.forward(&mut ws.x);
+            layer.self_attn.forward(&ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
+            layer.post_attention_layernorm.forward(&mut ws.y);
+            ops::add_assign(&mut ws.h, &ws.y);
+            ws.x.copy_from_slice(&ws.h);
+            layer.pre_feedforward_layernorm.forward(&mut ws.x);
+            layer.mlp.forward(&ws.x, n, &mut ws.gate, &mut ws.up, &mut ws.y);
+            layer.post_feedforward_layernorm.forward(&mut ws.y);
+            ops::add_assign(&mut ws.h, &ws.y);
         }
-        let mut last = gather_rows(&h, d, batch.logits_indices);
-        self.norm.forward(&mut last);
+        gather_rows(&ws.h, d, batch.logits_indices, &mut ws.last);
+        self.norm.forward(&mut ws.last);
         let mut logits = vec![0f32; batch.logits_indices.len() * self.info.vocab_size];
-        matmul(&last, batch.logits_indices.len(), &self.lm_head, &mut logits);
+        matmul(&ws.last, batch.logits_indices.len(), &self.lm_head, &mut logits);
         if let Some(cap) = self.final_logit_softcapping {
             logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         }

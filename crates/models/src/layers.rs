@@ -27,16 +27,15 @@ impl Linear {
         self.weight.rows
     }
 
-    /// `x` is `m × in`; returns `m × out`.
-    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let mut y = vec![0f32; m * self.weight.rows];
-        matmul(x, m, &self.weight, &mut y);
+    /// `x` is `m × in`; writes `m × out` into `y` (resized; its allocation is reused).
+    pub fn forward(&self, x: &[f32], m: usize, y: &mut Vec<f32>) {
+        y.resize(m * self.weight.rows, 0.0);
+        matmul(x, m, &self.weight, y);
         if let Some(b) = &self.bias {
             for row in y.chunks_exact_mut(b.len()) {
                 ops::add_assign(row, b);
             }
         }
-        y
     }
 }
 
@@ -64,17 +63,17 @@ pub struct Embedding {
 }
 
 impl Embedding {
-    /// `scale` multiplies every embedding (Gemma's `sqrt(hidden_size)`), 1 for none.
-    pub fn forward(&self, ids: &[u32], scale: f32) -> Vec<f32> {
+    /// Writes the embeddings of `ids` into `out`; `scale` multiplies every embedding (Gemma's
+    /// `sqrt(hidden_size)`), 1 for none.
+    pub fn forward(&self, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
         let d = self.weight.cols;
-        let mut out = vec![0f32; ids.len() * d];
+        out.resize(ids.len() * d, 0.0);
         for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
             ggml::dequantize(self.weight.ty, self.weight.row(id as usize), row);
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         }
-        out
     }
 }
 
@@ -92,7 +91,8 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// `x` is the normed hidden state (`tokens × hidden`); returns `tokens × hidden`.
+    /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         x: &[f32],
@@ -100,28 +100,59 @@ impl Attention {
         rope: &RopeTable,
         kv: &mut KvCache,
         layer: usize,
-    ) -> Vec<f32> {
+        ws: &mut AttentionBuffers,
+        out: &mut Vec<f32>,
+    ) {
         let n = batch.num_tokens();
         let hd = self.params.head_dim;
-        let mut q = self.q_proj.forward(x, n);
-        let mut k = self.k_proj.forward(x, n);
-        let v = self.v_proj.forward(x, n);
+        let AttentionBuffers { q, k, v, attn } = ws;
+        self.q_proj.forward(x, n, q);
+        self.k_proj.forward(x, n, k);
+        self.v_proj.forward(x, n, v);
         if let Some(norm) = &self.q_norm {
-            norm.forward(&mut q);
+            norm.forward(q);
         }
         if let Some(norm) = &self.k_norm {
-            norm.forward(&mut k);
+            norm.forward(k);
         }
         let (qr, kr) = (self.params.num_heads * hd, self.params.num_kv_heads * hd);
         for t in 0..n {
             ops::rope(&mut q[t * qr..(t + 1) * qr], hd, rope, t, self.rope_interleaved);
             ops::rope(&mut k[t * kr..(t + 1) * kr], hd, rope, t, self.rope_interleaved);
         }
-        kv.write(layer, batch.slot_mapping, &k, &v);
-        let mut attn = vec![0f32; n * qr];
-        paged_attention(&q, &kv.layers[layer], kv.block_size, &batch.seqs, &self.params, &mut attn);
-        self.o_proj.forward(&attn, n)
+        kv.write(layer, batch.slot_mapping, k, v);
+        attn.resize(n * qr, 0.0);
+        paged_attention(q, &kv.layers[layer], kv.block_size, &batch.seqs, &self.params, attn);
+        self.o_proj.forward(attn, n, out);
     }
+}
+
+/// Reusable intermediate buffers of one attention layer.
+#[derive(Default)]
+pub struct AttentionBuffers {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub attn: Vec<f32>,
+}
+
+/// Everything one forward pass writes, kept between passes so decode does not allocate per op.
+#[derive(Default)]
+pub struct Workspace {
+    /// The residual stream, `tokens × hidden`.
+    pub h: Vec<f32>,
+    /// A normed copy of `h`.
+    pub x: Vec<f32>,
+    /// A sub-layer's output.
+    pub y: Vec<f32>,
+    pub attention: AttentionBuffers,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub rope: RopeTable,
+    /// A second rotary table (Gemma's local layers).
+    pub rope_local: RopeTable,
+    /// Hidden states of the rows that need logits.
+    pub last: Vec<f32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,22 +189,22 @@ impl GatedMlp {
         })
     }
 
-    pub fn forward(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let mut g = self.gate_proj.forward(x, m);
-        let u = self.up_proj.forward(x, m);
+    /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
+    pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
+        self.gate_proj.forward(x, m, gate);
+        self.up_proj.forward(x, m, up);
         match self.act {
-            Activation::Silu => ops::silu_mul(&mut g, &u),
-            Activation::GeluTanh => ops::gelu_tanh_mul(&mut g, &u),
+            Activation::Silu => ops::silu_mul(gate, up),
+            Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
         }
-        self.down_proj.forward(&g, m)
+        self.down_proj.forward(gate, m, out);
     }
 }
 
-/// Gathers the rows of `hidden` that need logits.
-pub fn gather_rows(hidden: &[f32], dim: usize, rows: &[usize]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(rows.len() * dim);
+/// Copies the rows of `hidden` that need logits into `out`.
+pub fn gather_rows(hidden: &[f32], dim: usize, rows: &[usize], out: &mut Vec<f32>) {
+    out.clear();
     for &r in rows {
         out.extend_from_slice(&hidden[r * dim..(r + 1) * dim]);
     }
-    out
 }

@@ -7,14 +7,14 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::error::{Error, Result};
-use crate::layers::{Activation, Attention, Embedding, GatedMlp, Linear, RmsNorm, gather_rows};
+use crate::layers::{Activation, Attention, Embedding, GatedMlp, Linear, RmsNorm, Workspace, gather_rows};
 use crate::model::{Model, ModelInfo};
 use serde::Deserialize;
 use serde_json::Value;
 use vllm_rs_kernels::Weight;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache};
 use vllm_rs_kernels::matmul::matmul;
-use vllm_rs_kernels::ops::{self, RopeTable};
+use vllm_rs_kernels::ops;
 
 /// What distinguishes the members of the family.
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,6 +56,7 @@ pub struct LlamaModel {
     norm: RmsNorm,
     lm_head: Weight,
     inv_freq: Vec<f32>,
+    workspace: std::sync::Mutex<Workspace>,
 }
 
 impl LlamaModel {
@@ -132,6 +133,7 @@ impl LlamaModel {
             norm: RmsNorm::load(ck, "model.norm", hidden, eps, 0.0)?,
             lm_head,
             inv_freq: ops::rope_inv_freq(c.rope_theta, hd),
+            workspace: Default::default(),
         })
     }
 }
@@ -144,22 +146,24 @@ impl Model for LlamaModel {
     fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
         let n = batch.num_tokens();
         let d = self.info.hidden_size;
-        let rope = RopeTable::new(&self.inv_freq, batch.positions);
-        let mut h = self.embed_tokens.forward(batch.input_ids, 1.0);
+        let mut guard = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        let ws = &mut *guard;
+        ws.rope.fill(&self.inv_freq, batch.positions);
+        self.embed_tokens.forward(batch.input_ids, 1.0, &mut ws.h);
         for (i, layer) in self.layers.iter().enumerate() {
-            let mut x = h.clone();
-            layer.input_layernorm.forward(&mut x);
-            let a = layer.self_attn.forward(&x, batch, &rope, kv, i);
-            ops::add_assign(&mut h, &a);
-            x.copy_from_slice(&h);
-            layer.post_attention_layernorm.forward(&mut x);
-            let m = layer.mlp.forward(&x, n);
-            ops::add_assign(&mut h, &m);
+            ws.x.clone_from(&ws.h);
+            layer.input_layernorm.forward(&mut ws.x);
+            layer.self_attn.forward(&ws.x, batch, &ws.rope, kv, i, &mut ws.attention, &mut ws.y);
+            ops::add_assign(&mut ws.h, &ws.y);
+            ws.x.copy_from_slice(&ws.h);
+            layer.post_attention_layernorm.forward(&mut ws.x);
+            layer.mlp.forward(&ws.x, n, &mut ws.gate, &mut ws.up, &mut ws.y);
+            ops::add_assign(&mut ws.h, &ws.y);
         }
-        let mut last = gather_rows(&h, d, batch.logits_indices);
-        self.norm.forward(&mut last);
+        gather_rows(&ws.h, d, batch.logits_indices, &mut ws.last);
+        self.norm.forward(&mut ws.last);
         let mut logits = vec![0f32; batch.logits_indices.len() * self.info.vocab_size];
-        matmul(&last, batch.logits_indices.len(), &self.lm_head, &mut logits);
+        matmul(&ws.last, batch.logits_indices.len(), &self.lm_head, &mut logits);
         logits
     }
 }
