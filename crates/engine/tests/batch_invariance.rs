@@ -108,11 +108,11 @@ fn batch_invariance(model: &str) {
     let mut core = engine(model, |c| c.max_num_batched_tokens = 13);
     let (which, outs) = run_batch(&mut core, batch(&cases, n));
     check("chunked prefill", &alone, &which, &outs);
-    assert!(core.stats.prefix_cache_hits_total > 0, "repeated prompts must hit the prefix cache");
+    // The cases may share a chat-template prefix, so some hits can happen already here.
     let hits_before = core.stats.prefix_cache_hits_total;
     let (which, outs) = run_batch(&mut core, batch(&cases, n));
     check("prefix-cache hits", &alone, &which, &outs);
-    assert!(core.stats.prefix_cache_hits_total > hits_before);
+    assert!(core.stats.prefix_cache_hits_total > hits_before, "repeated prompts must hit the prefix cache");
     for o in &outs {
         // Every full block is cached except that the last prompt token is always recomputed.
         let want = (o.prompt_token_ids.len() - 1) / 16 * 16;
