@@ -118,28 +118,24 @@ unsafe fn dot32<const F: u8>(w: *const u8, x: ActRow) -> f32 {
     // SAFETY: every octet stays within the row and the activation row.
     unsafe {
         while b0 + 8 <= blocks {
-            octet32::<F>(w, x, b0, 8, &mut acc);
+            octet32::<F, 8>(w, x, b0, &mut acc);
             b0 += 8;
         }
-        if b0 < blocks {
-            octet32::<F>(w, x, b0, blocks - b0, &mut acc);
-        }
+        crate::with_tail!(blocks - b0, octet32, [F], (w, x, b0, &mut acc));
     }
     x86_hsum(acc[0]) + x86_hsum(acc[1])
 }
 
-/// Blocks `b0..b0+n` (`n ≤ 8`) of a 32-element-block format into `acc` (values, minimums).
+/// Blocks `b0..b0+N` (`N ≤ 8`) of a 32-element-block format into `acc` (values, minimums).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn octet32<const F: u8>(w: *const u8, x: ActRow, b0: usize, n: usize, acc: &mut [__m256; 2]) {
+unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usize, acc: &mut [__m256; 2]) {
     let ts: usize = [18, 20, 22, 24, 34][F as usize];
+    let n = N;
     let mut lanes = [_mm256_setzero_si256(); 8];
-    // SAFETY: the caller guarantees blocks b0..b0+n.
+    // SAFETY: the caller guarantees blocks b0..b0+N.
     unsafe {
-        for (i, l) in lanes.iter_mut().enumerate() {
-            if i >= n {
-                break;
-            }
+        for (i, l) in lanes.iter_mut().enumerate().take(N) {
             let blk = w.add((b0 + i) * ts);
             let (w0, w1) = match F {
                 0 => widen(nibbles(blk.add(2)), 8),

@@ -59,9 +59,7 @@ pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
             p.unpack(tier, w.ty, &w.bytes()[j0 * rb..j1 * rb], j1 - j0, k);
             for i in 0..m {
                 let (xr, o) = (x.row(i), out_row(i));
-                for (r, v) in o.iter_mut().enumerate() {
-                    *v = dot(tier, &p, r, xr);
-                }
+                dot_rows(tier, &p, xr, o);
             }
         });
     });
@@ -76,12 +74,14 @@ fn fused_available(tier: Tier, ty: crate::ggml::GgmlType) -> bool {
     false
 }
 
-fn dot(tier: Tier, p: &Panel, row: usize, x: ActRow) -> f32 {
+/// `out[r] = dot(panel row r, x)` for the first `out.len()` panel rows.
+fn dot_rows(tier: Tier, p: &Panel, x: ActRow, out: &mut [f32]) {
+    assert!(out.len() <= p.rows);
     match tier {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the tier supports AVX2/FMA.
-        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot(p, row, x) },
-        _ => dot_scalar(p, row, x),
+        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(p, x, out) },
+        _ => out.iter_mut().enumerate().for_each(|(r, v)| *v = dot_scalar(p, r, x)),
     }
 }
 
@@ -107,6 +107,27 @@ pub fn dot_scalar(p: &Panel, row: usize, x: ActRow) -> f32 {
 
 /// Shared by the panel and fused x86 kernels: eight groups' integer lanes → one vector of their
 /// eight sums, and the per-octet epilogue.
+/// `$f::<$g…, N>($args)` with the runtime tail length `$n` (0..8) turned into the const `N`, so
+/// each tail length gets straight-line code (a runtime-length tail cost as much as two full
+/// octets).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_tail {
+    ($n:expr, $f:ident, [$($g:expr),*], ($($a:expr),*)) => {
+        match $n {
+            0 => {}
+            1 => $f::<$($g,)* 1>($($a),*),
+            2 => $f::<$($g,)* 2>($($a),*),
+            3 => $f::<$($g,)* 3>($($a),*),
+            4 => $f::<$($g,)* 4>($($a),*),
+            5 => $f::<$($g,)* 5>($($a),*),
+            6 => $f::<$($g,)* 6>($($a),*),
+            7 => $f::<$($g,)* 7>($($a),*),
+            n => unreachable!("a tail of {n} groups"),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod octet {
     use std::arch::x86_64::*;
@@ -151,55 +172,57 @@ mod x86 {
     use crate::matmul::x86_hsum;
     use std::arch::x86_64::*;
 
-    /// One panel row against one activation row, eight groups at a time.
+    /// The first `out.len()` panel rows against one activation row, eight groups at a time.
+    /// (One call per row block, not per row: the checks and dispatch are paid once.)
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot(p: &Panel, row: usize, x: ActRow) -> f32 {
+    pub(super) unsafe fn dot_rows(p: &Panel, x: ActRow, out: &mut [f32]) {
         match (p.group, p.mcoef.is_some()) {
-            (32, false) => unsafe { dot_g::<32, false>(p, row, x) },
-            (32, true) => unsafe { dot_g::<32, true>(p, row, x) },
-            (_, false) => unsafe { dot_g::<16, false>(p, row, x) },
-            (_, true) => unsafe { dot_g::<16, true>(p, row, x) },
+            (32, false) => unsafe { dot_rows_g::<32, false>(p, x, out) },
+            (32, true) => unsafe { dot_rows_g::<32, true>(p, x, out) },
+            (_, false) => unsafe { dot_rows_g::<16, false>(p, x, out) },
+            (_, true) => unsafe { dot_rows_g::<16, true>(p, x, out) },
         }
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn dot_g<const G: usize, const MINS: bool>(p: &Panel, row: usize, x: ActRow) -> f32 {
+    unsafe fn dot_rows_g<const G: usize, const MINS: bool>(p: &Panel, x: ActRow, out: &mut [f32]) {
         let k = p.k;
         let groups = k / G;
-        assert!((row + 1) * k <= p.q.len() && (row + 1) * groups <= p.vscale.len() && x.q.len() == k);
+        let rows = out.len();
+        assert!(rows * k <= p.q.len() && rows * groups <= p.vscale.len() && x.q.len() == k);
         let (dx, dsum) = (x.group_scale(G), x.group_dsum(G));
         assert!(dx.len() == groups && dsum.len() == groups);
         let mc = match &p.mcoef {
             Some(m) if MINS => {
-                assert!((row + 1) * groups <= m.len());
-                m[row * groups..].as_ptr()
+                assert!(rows * groups <= m.len());
+                m.as_ptr()
             }
             _ => std::ptr::null(),
         };
-        let q = p.q[row * k..].as_ptr();
-        let vs = p.vscale[row * groups..].as_ptr();
-        let xq = x.q.as_ptr();
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut g0 = 0;
-        // SAFETY: groups g0..g0+n are within the row (asserts above).
-        unsafe {
-            while g0 + 8 <= groups {
-                octet_g::<G, MINS>(q, xq, vs, mc, dx.as_ptr(), dsum.as_ptr(), g0, 8, &mut acc);
-                g0 += 8;
-            }
-            if g0 < groups {
-                octet_g::<G, MINS>(q, xq, vs, mc, dx.as_ptr(), dsum.as_ptr(), g0, groups - g0, &mut acc);
+        let (dx, dsum, xq) = (dx.as_ptr(), dsum.as_ptr(), x.q.as_ptr());
+        for (row, o) in out.iter_mut().enumerate() {
+            // SAFETY: rows and groups are within the panel and the activation row (asserts above).
+            unsafe {
+                let q = p.q.as_ptr().add(row * k);
+                let vs = p.vscale.as_ptr().add(row * groups);
+                let mc = if MINS { mc.add(row * groups) } else { mc };
+                let mut acc = [_mm256_setzero_ps(); 2];
+                let mut g0 = 0;
+                while g0 + 8 <= groups {
+                    octet_g::<G, MINS, 8>(q, xq, vs, mc, dx, dsum, g0, &mut acc);
+                    g0 += 8;
+                }
+                crate::with_tail!(groups - g0, octet_g, [G, MINS], (q, xq, vs, mc, dx, dsum, g0, &mut acc));
+                *o = x86_hsum(acc[0]) + x86_hsum(acc[1]);
             }
         }
-        let (acc, accm) = (acc[0], acc[1]);
-        x86_hsum(acc) + x86_hsum(accm)
     }
 
-    /// Groups `g0..g0+n` (`n ≤ 8`) of one panel row into `acc` (values, minimums).
+    /// Groups `g0..g0+N` (`N ≤ 8`) of one panel row into `acc` (values, minimums).
     #[inline]
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn octet_g<const G: usize, const MINS: bool>(
+    unsafe fn octet_g<const G: usize, const MINS: bool, const N: usize>(
         q: *const i16,
         xq: *const i16,
         vs: *const f32,
@@ -207,16 +230,12 @@ mod x86 {
         dx: *const f32,
         dsum: *const f32,
         g0: usize,
-        n: usize,
         acc: &mut [__m256; 2],
     ) {
         let mut lanes = [_mm256_setzero_si256(); 8];
-        // SAFETY: the caller guarantees groups g0..g0+n.
+        // SAFETY: the caller guarantees groups g0..g0+N.
         unsafe {
-            for (gi, l) in lanes.iter_mut().enumerate() {
-                if gi >= n {
-                    break;
-                }
+            for (gi, l) in lanes.iter_mut().enumerate().take(N) {
                 let base = (g0 + gi) * G;
                 let a = _mm256_madd_epi16(
                     _mm256_loadu_si256(q.add(base) as *const __m256i),
@@ -232,7 +251,7 @@ mod x86 {
                     a
                 };
             }
-            let load = |p: *const f32| if n == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, n) };
+            let load = |p: *const f32| if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) };
             acc[0] = octet::finish(acc[0], octet::reduce8(&lanes), load(vs.add(g0)), load(dx.add(g0)));
             if MINS {
                 acc[1] = _mm256_fmadd_ps(load(mc.add(g0)), load(dsum.add(g0)), acc[1]);
@@ -299,24 +318,30 @@ mod tests {
     #[test]
     fn tiers_are_bit_identical_and_rows_are_batch_invariant() {
         for ty in GgmlType::ALL.into_iter().filter(|t| t.is_quantized()) {
-            // 288 = 9 groups of 32 (or 18 of 16 for K-less sizes): exercises partial octets.
-            let k = if ty.block_size() == 256 { 768 } else { 288 };
-            let n = 13;
-            let w = quantize_random(ty, n, k, 3);
-            let x = rand_vec(7 * k, 4);
-            let xq = QuantizedActs::quantize(&x, 7, k);
-            let mut reference_out = vec![0f32; 7 * n];
-            qmatmul(Tier::Scalar, &xq, &w, &mut reference_out);
-            for tier in Tier::available() {
-                let mut all = vec![0f32; 7 * n];
-                qmatmul(tier, &xq, &w, &mut all);
-                assert_eq!(all, reference_out, "{tier:?} {} differs from scalar", ty.name());
-                for i in 0..7 {
-                    let one = QuantizedActs::quantize(&x[i * k..(i + 1) * k], 1, k);
-                    let mut o = vec![0f32; n];
-                    qmatmul(tier, &one, &w, &mut o);
-                    assert_eq!(o, all[i * n..(i + 1) * n], "{tier:?} {} row {i}", ty.name());
-                }
+            // 32-element blocks: one full octet and a tail of every length 1..=7 groups.
+            let ks: Vec<usize> = if ty.block_size() == 256 { vec![768] } else { (9..=16).map(|g| 32 * g).collect() };
+            for k in ks {
+                tiers_agree_and_rows_are_invariant(ty, k);
+            }
+        }
+    }
+
+    fn tiers_agree_and_rows_are_invariant(ty: GgmlType, k: usize) {
+        let n = 13;
+        let w = quantize_random(ty, n, k, 3);
+        let x = rand_vec(7 * k, 4);
+        let xq = QuantizedActs::quantize(&x, 7, k);
+        let mut reference_out = vec![0f32; 7 * n];
+        qmatmul(Tier::Scalar, &xq, &w, &mut reference_out);
+        for tier in Tier::available() {
+            let mut all = vec![0f32; 7 * n];
+            qmatmul(tier, &xq, &w, &mut all);
+            assert_eq!(all, reference_out, "{tier:?} {} k={k} differs from scalar", ty.name());
+            for i in 0..7 {
+                let one = QuantizedActs::quantize(&x[i * k..(i + 1) * k], 1, k);
+                let mut o = vec![0f32; n];
+                qmatmul(tier, &one, &w, &mut o);
+                assert_eq!(o, all[i * n..(i + 1) * n], "{tier:?} {} row {i}", ty.name());
             }
         }
     }
