@@ -24,12 +24,16 @@ pub enum BenchCommand {
 
 #[derive(Args)]
 pub struct ThroughputArgs {
+    /// Model: local directory, .gguf file, catalog name or HF repo id (default: SmolLM2-135M-Instruct).
     #[arg(long)]
     pub model: Option<String>,
+    /// Number of requests, all submitted at once.
     #[arg(long, default_value_t = 64)]
     pub num_prompts: usize,
+    /// Prompt length of every request (random token ids).
     #[arg(long, default_value_t = 128)]
     pub input_len: usize,
+    /// Tokens generated per request (EOS ignored).
     #[arg(long, default_value_t = 128)]
     pub output_len: usize,
     /// Seed of the random prompts.
@@ -41,16 +45,22 @@ pub struct ThroughputArgs {
 
 #[derive(Args)]
 pub struct LatencyArgs {
+    /// Model: local directory, .gguf file, catalog name or HF repo id (default: SmolLM2-135M-Instruct).
     #[arg(long)]
     pub model: Option<String>,
+    /// Prompt length of every request (random token ids).
     #[arg(long, default_value_t = 32)]
     pub input_len: usize,
+    /// Tokens generated per request (EOS ignored).
     #[arg(long, default_value_t = 128)]
     pub output_len: usize,
+    /// Requests in the batch, run together.
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
+    /// Untimed iterations first.
     #[arg(long, default_value_t = 3)]
     pub num_iters_warmup: usize,
+    /// Timed iterations (the report gives their mean and percentiles).
     #[arg(long, default_value_t = 10)]
     pub num_iters: usize,
     #[command(flatten)]
@@ -59,6 +69,7 @@ pub struct LatencyArgs {
 
 #[derive(Args)]
 pub struct PpTgArgs {
+    /// Model: local directory, .gguf file, catalog name or HF repo id (default: SmolLM2-135M-Instruct).
     #[arg(long)]
     pub model: Option<String>,
     /// Prompt lengths to time (llama-bench `-p`), comma separated.

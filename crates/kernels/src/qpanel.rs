@@ -57,17 +57,24 @@ impl Panel {
             (_, false) => self.mcoef = None,
         }
         let (bs, ts) = (ty.block_size(), ty.type_size());
+        let nblocks = rows * k / bs;
+        assert!(src.len() >= nblocks * ts, "panel source too short");
+        #[cfg(target_arch = "x86_64")]
+        if matches!(tier, Tier::Avx2 | Tier::Avx512) {
+            // SAFETY: the tier supports AVX2/F16C; the buffers were sized above.
+            let done = unsafe {
+                x86::unpack_blocks(ty, src, nblocks, &mut self.q, &mut self.vscale, self.mcoef.as_deref_mut())
+            };
+            if done {
+                return;
+            }
+        }
+        let _ = tier;
         let groups_per_block = bs / g;
-        for (bi, blk) in src.chunks_exact(ts).take(rows * k / bs).enumerate() {
+        for (bi, blk) in src.chunks_exact(ts).take(nblocks).enumerate() {
             let q = &mut self.q[bi * bs..(bi + 1) * bs];
             let vs = &mut self.vscale[bi * groups_per_block..(bi + 1) * groups_per_block];
             let mc = self.mcoef.as_mut().map(|m| &mut m[bi * groups_per_block..(bi + 1) * groups_per_block]);
-            #[cfg(target_arch = "x86_64")]
-            if matches!(tier, Tier::Avx2 | Tier::Avx512) && x86::unpack_block(ty, blk, q) {
-                unpack_scales(ty, blk, vs, mc);
-                continue;
-            }
-            let _ = tier;
             unpack_block(ty, blk, q, vs, mc);
         }
     }
@@ -200,58 +207,89 @@ pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: O
     }
 }
 
-/// The scale part of [`unpack_block`] alone, for SIMD tiers that unpack the values themselves.
-/// Same arithmetic as the scalar path, so the results are identical.
-#[cfg(target_arch = "x86_64")]
-fn unpack_scales(ty: GgmlType, b: &[u8], vs: &mut [f32], mc: Option<&mut [f32]>) {
-    match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => vs[0] = f16_at(b, 0),
-        GgmlType::Q4_1 | GgmlType::Q5_1 => {
-            vs[0] = f16_at(b, 0);
-            mc.expect("has mins")[0] = f16_at(b, 2);
-        }
-        GgmlType::Q4K | GgmlType::Q5K => {
-            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-            let mc = mc.expect("K-quants have mins");
-            for j in 0..8 {
-                let (sc, m) = scale_min_k4(j, &b[4..16]);
-                vs[j] = d * sc as f32;
-                mc[j] = -(dmin * m as f32);
-            }
-        }
-        GgmlType::Q6K => {
-            let d = f16_at(b, 208);
-            for (i, &s) in b[192..208].iter().enumerate() {
-                vs[i] = d * s as i8 as f32;
-            }
-        }
-        _ => unreachable!("only formats with a SIMD unpack"),
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::GgmlType;
+    use super::{GgmlType, scale_min_k4};
     use std::arch::x86_64::*;
 
-    /// Unpacks the int16 values of one block; false if this format has no SIMD version.
-    pub(super) fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16]) -> bool {
-        debug_assert!(b.len() >= ty.type_size() && q.len() >= ty.block_size());
-        // SAFETY: the caller checked the tier; lengths are a whole block (asserted above).
-        unsafe {
-            match ty {
-                GgmlType::Q4_0 => nibbles32(b.as_ptr().add(2), q.as_mut_ptr(), 8),
-                GgmlType::Q4_1 => nibbles32(b.as_ptr().add(4), q.as_mut_ptr(), 0),
-                GgmlType::Q5_0 => q5(b.as_ptr().add(2), q.as_mut_ptr(), 16),
-                GgmlType::Q5_1 => q5(b.as_ptr().add(4), q.as_mut_ptr(), 0),
-                GgmlType::Q8_0 => q8(b.as_ptr().add(2), q.as_mut_ptr()),
-                GgmlType::Q4K => qk(b.as_ptr().add(16), None, q.as_mut_ptr()),
-                GgmlType::Q5K => qk(b.as_ptr().add(48), Some(b.as_ptr().add(16)), q.as_mut_ptr()),
-                GgmlType::Q6K => q6k(b.as_ptr(), q.as_mut_ptr()),
-                _ => return false,
+    /// Unpacks `nblocks` consecutive blocks (values, scales, minimums) exactly as the scalar
+    /// [`super::unpack_block`] does; false if this format has no SIMD version. One call per
+    /// panel, so the per-block helpers inline and f16 scales convert with F16C.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn unpack_blocks(
+        ty: GgmlType,
+        src: &[u8],
+        nblocks: usize,
+        q: &mut [i16],
+        vs: &mut [f32],
+        mc: Option<&mut [f32]>,
+    ) -> bool {
+        let (bs, ts) = (ty.block_size(), ty.type_size());
+        let gpb = bs / super::group_of(ty);
+        assert!(src.len() >= nblocks * ts && q.len() >= nblocks * bs && vs.len() >= nblocks * gpb);
+        let mp = match mc {
+            Some(m) => {
+                assert!(m.len() >= nblocks * gpb);
+                m.as_mut_ptr()
+            }
+            None => {
+                assert!(!super::has_mins(ty), "{} needs minimums", ty.name());
+                std::ptr::null_mut()
+            }
+        };
+        let (sp, qp, vp) = (src.as_ptr(), q.as_mut_ptr(), vs.as_mut_ptr());
+        // SAFETY (every block below): block i's bytes, values, scales and minimums are in
+        // bounds by the asserts above.
+        for i in 0..nblocks {
+            unsafe {
+                let (b, q) = (sp.add(i * ts), qp.add(i * bs));
+                match ty {
+                    GgmlType::Q4_0 => nibbles32(b.add(2), q, 8),
+                    GgmlType::Q4_1 => nibbles32(b.add(4), q, 0),
+                    GgmlType::Q5_0 => q5(b.add(2), q, 16),
+                    GgmlType::Q5_1 => q5(b.add(4), q, 0),
+                    GgmlType::Q8_0 => q8(b.add(2), q),
+                    GgmlType::Q4K => qk(b.add(16), None, q),
+                    GgmlType::Q5K => qk(b.add(48), Some(b.add(16)), q),
+                    GgmlType::Q6K => q6k(b, q),
+                    _ => return false,
+                }
+                match ty {
+                    GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => *vp.add(i) = f16_at(b),
+                    GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                        *vp.add(i) = f16_at(b);
+                        *mp.add(i) = f16_at(b.add(2));
+                    }
+                    GgmlType::Q4K | GgmlType::Q5K => {
+                        let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
+                        let scales = std::slice::from_raw_parts(b.add(4), 12);
+                        for j in 0..8 {
+                            let (sc, m) = scale_min_k4(j, scales);
+                            *vp.add(8 * i + j) = d * sc as f32;
+                            *mp.add(8 * i + j) = -(dmin * m as f32);
+                        }
+                    }
+                    _ => {
+                        let d = f16_at(b.add(208));
+                        for j in 0..16 {
+                            *vp.add(16 * i + j) = d * *b.add(192 + j) as i8 as f32;
+                        }
+                    }
+                }
             }
         }
         true
+    }
+
+    /// The little-endian f16 at `p`, as f32 (exact, like the scalar conversion).
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        let bits = unsafe { (p as *const u16).read_unaligned() };
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
     #[inline]
