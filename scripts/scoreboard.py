@@ -20,14 +20,14 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
+
+from bench_startup import free_port, probe  # same folder: one way to find a port and poll /health
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = Path(os.environ.get("VLLM_RS_TEST_MODELS", REPO / ".models"))
@@ -59,22 +59,6 @@ def server_command(server: str, port: int) -> tuple[list[str], dict[str, str]]:
         argv = [str(LLAMA_SERVER), "-m", str(GGUF), "-a", NAME, "-t", THREADS, "-tb", THREADS]
         return argv + ["-np", "64", "-c", str(64 * 640)] + common, {}
     raise SystemExit(f"unknown server {server!r}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def health(port: int) -> int | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None
 
 
 class RssSampler(threading.Thread):
@@ -120,7 +104,7 @@ def start(server: str, out: Path, rep: int):
                             start_new_session=True)
     sampler = RssSampler(proc.pid)
     sampler.start()
-    while health(port) != 200:
+    while probe(port) != 200:
         if proc.poll() is not None:
             raise SystemExit(f"{server} exited with {proc.returncode}; see {log.name}")
         if time.monotonic() - t0 > 600:
@@ -160,9 +144,9 @@ def bench(client: str, server: str, port: int, shape: tuple[int, int], conc: int
     return json.loads((out / f"{tag}.json").read_text())
 
 
-def num_prompts(conc: int) -> int:
-    # Enough requests to fill every slot twice, at least 8.
-    return max(8, 2 * conc)
+def num_prompts(args, conc: int) -> int:
+    # Requests per run: every slot filled --prompts-per-slot times, at least --min-prompts.
+    return max(args.min_prompts, args.prompts_per_slot * conc)
 
 
 def version(server: str) -> str:
@@ -193,14 +177,14 @@ def run_all(args) -> dict:
                 for shape in shapes:
                     for c in args.concurrency:
                         tag = f"{server}-rep{rep}-{shape[0]}x{shape[1]}-c{c}"
-                        r = bench("vllm", server, port, shape, c, num_prompts(c), out, tag)
+                        r = bench("vllm", server, port, shape, c, num_prompts(args, c), out, tag)
                         runs.append({"rep": rep, "server": server, "client": "vllm", "shape": list(shape), "c": c,
                                      **{m: r.get(m) for m in METRICS}})
                         print(f"  {tag}: {r['output_throughput']:.1f} output tok/s, TTFT median "
                               f"{r['median_ttft_ms']:.0f} ms, failed {r['failed']}", flush=True)
                 if rep == 0 and server.startswith("vllm-rs"):
                     tag = f"{server}-rep0-crosscheck"
-                    r = bench("vllm-rs", server, port, shapes[0], 4, num_prompts(4), out, tag)
+                    r = bench("vllm-rs", server, port, shapes[0], 4, num_prompts(args, 4), out, tag)
                     runs.append({"rep": rep, "server": server, "client": "vllm-rs", "shape": list(shapes[0]), "c": 4,
                                  **{m: r.get(m) for m in METRICS}})
             finally:
@@ -212,7 +196,7 @@ def run_all(args) -> dict:
 
 
 METRICS = ["completed", "failed", "output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"]
-LABELS = {"vllm-rs-gguf": "vllm-rs (GGUF Q4_1)", "vllm-rs-hf": "vllm-rs (hf, f32)", "vllm": "vLLM-cpu (bf16)",
+LABELS = {"vllm-rs-gguf": "vllm-rs (GGUF Q4_1)", "vllm-rs-hf": "vllm-rs (hf, bf16)", "vllm": "vLLM-cpu (bf16)",
           "llama-server": "llama-server (GGUF Q4_1)"}
 # Which peer each of our servers is compared with: same weights file where possible.
 PAIRS = [("vllm-rs-gguf", "llama-server"), ("vllm-rs-hf", "vllm"), ("vllm-rs-gguf", "vllm")]
@@ -235,7 +219,8 @@ def report(data: dict, args, meta: dict) -> str:
         if r["client"] == "vllm":
             med.setdefault((r["server"], tuple(r["shape"]), r["c"]), []).append(r)
     get = lambda s, shape, c, m: median([r[m] for r in med.get((s, shape, c), [])])  # noqa: E731
-    lines = [f"Run {meta['date']}, {args.reps} repetitions, load average before/after "
+    lines = [f"Run {meta['date']}, {args.reps} repetition(s), requests per run max({args.min_prompts}, "
+             f"{args.prompts_per_slot}×c), load average before/after "
              f"{meta['load_before']} / {meta['load_after']}; {meta['versions']}.", ""]
     head = ["in×out", "c"] + [f"{LABELS[s]} tok/s" for s in servers] + [f"{LABELS[a]} / {LABELS[b]}" for a, b in pairs]
     lines += ["Output throughput (median, tok/s) and ratios ours / peer:", "", "| " + " | ".join(head) + " |",
@@ -287,6 +272,8 @@ def main():
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     p.add_argument("--shapes", nargs="+", default=["128x128", "512x128"])
     p.add_argument("--servers", nargs="+", default=["vllm-rs-gguf", "vllm-rs-hf", "vllm", "llama-server"])
+    p.add_argument("--prompts-per-slot", type=int, default=2, help="requests per run = this × concurrency")
+    p.add_argument("--min-prompts", type=int, default=8, help="but at least this many requests per run")
     p.add_argument("--out", type=Path, default=TARGET / "scoreboard")
     args = p.parse_args()
     need = [GGUF, HF_DIR, BIN] + ([VLLM_VENV / "bin/python", VLLM_CLI] if "vllm" in args.servers else []) + \
