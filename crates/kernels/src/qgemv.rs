@@ -131,7 +131,6 @@ unsafe fn dot32<const F: u8>(w: *const u8, x: ActRow) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usize, acc: &mut [__m256; 2]) {
     let ts: usize = [18, 20, 22, 24, 34][F as usize];
-    let n = N;
     let mut lanes = [_mm256_setzero_si256(); 8];
     // SAFETY: the caller guarantees blocks b0..b0+N.
     unsafe {
@@ -153,17 +152,17 @@ unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usiz
             *l = lanes32(w0, w1, x.q.as_ptr().add((b0 + i) * 32));
         }
         let blk0 = w.add(b0 * ts);
-        let (vs, dx) = if n == 8 {
+        let (vs, dx) = if N == 8 {
             (gather_f16_8(blk0, ts), _mm256_loadu_ps(x.d.as_ptr().add(b0)))
         } else {
-            (gather_f16(blk0, ts, n), octet::load_partial(x.d.as_ptr().add(b0), n))
+            (gather_f16(blk0, ts, N), octet::load_partial(x.d.as_ptr().add(b0), N))
         };
         acc[0] = octet::finish(acc[0], octet::reduce8(&lanes), vs, dx);
         if F == 1 || F == 3 {
-            let (m, ds) = if n == 8 {
+            let (m, ds) = if N == 8 {
                 (gather_f16_8(blk0.add(2), ts), _mm256_loadu_ps(x.dsum32.as_ptr().add(b0)))
             } else {
-                (gather_f16(blk0.add(2), ts, n), octet::load_partial(x.dsum32.as_ptr().add(b0), n))
+                (gather_f16(blk0.add(2), ts, N), octet::load_partial(x.dsum32.as_ptr().add(b0), N))
             };
             acc[1] = _mm256_fmadd_ps(m, ds, acc[1]);
         }
