@@ -22,21 +22,7 @@ pub async fn read_object(headers: &HeaderMap, body: Body, limit: usize) -> ApiRe
         ));
     }
     let limit = if limit == 0 { usize::MAX } else { limit };
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::too_large(limit));
-    }
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(e) => {
-            let too_large = format!("{e:?}").contains("LengthLimitError") || e.to_string().contains("length limit");
-            return Err(if too_large {
-                ApiError::too_large(limit)
-            } else {
-                ApiError::schema("", format!("Could not read the request body: {e}"))
-            });
-        }
-    };
+    let bytes = read_limited(body, limit).await?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::schema("", format!("JSON decode error: {e} (line {}, column {})", e.line(), e.column()))
     })?;
@@ -47,6 +33,28 @@ pub async fn read_object(headers: &HeaderMap, body: Body, limit: usize) -> ApiRe
             format!("Input should be a valid dictionary or object to extract fields from, got {}", kind(&other)),
         )),
     }
+}
+
+/// Past the limit a body is still read, and thrown away, up to this many bytes in all before the
+/// 413 goes out: a client still sending when the server closes would get a broken pipe instead
+/// of the answer. Bodies larger than this are cut off (the connection closes).
+const DRAIN_CAP: usize = 64 << 20;
+
+/// The whole body if it is at most `limit` bytes; otherwise 413 once it has been drained.
+async fn read_limited(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let (mut bytes, mut seen) = (Vec::new(), 0usize);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::schema("", format!("Could not read the request body: {e}")))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= limit {
+            bytes.extend_from_slice(&chunk);
+        } else if seen > DRAIN_CAP.max(limit) {
+            break;
+        }
+    }
+    if seen > limit { Err(ApiError::too_large(limit)) } else { Ok(bytes) }
 }
 
 fn kind(v: &Value) -> &'static str {
