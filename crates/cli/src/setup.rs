@@ -1,13 +1,13 @@
 //! From `--model` and engine options to a ready engine: resolve and fetch the model, load the
 //! weights, tokenizer, chat template and generation defaults, size the KV cache.
 
-use crate::args::{EngineArgs, LogprobsModeArg, PolicyArg};
+use crate::args::{EngineArgs, KvCacheDtypeArg, LogprobsModeArg, PolicyArg};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
-use vllm_rs_engine::{EngineConfig, EngineCore, LogprobsMode, SchedulingPolicy, kv_blocks_for_bytes};
+use vllm_rs_engine::{EngineConfig, EngineCore, KvDtype, LogprobsMode, SchedulingPolicy, kv_blocks_for_bytes};
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 use vllm_rs_kernels::attention::KvCache;
 
@@ -61,25 +61,33 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     if !(1..=1024).contains(&block_size) {
         bail!("--block-size must be between 1 and 1024");
     }
+    let kv_dtype = match args.kv_cache_dtype {
+        KvCacheDtypeArg::Auto | KvCacheDtypeArg::Float32 => KvDtype::F32,
+        KvCacheDtypeArg::Float16 => KvDtype::F16,
+        KvCacheDtypeArg::Bfloat16 => KvDtype::Bf16,
+    };
     let num_blocks = match args.num_gpu_blocks_override {
         Some(n) => n,
         None => {
-            let bytes =
-                args.kv_cache_memory.unwrap_or_else(|| default_kv_bytes(&info, max_model_len, args.max_num_seqs));
-            kv_blocks_for_bytes(lm.model.as_ref(), block_size, bytes)
+            let bytes = args
+                .kv_cache_memory
+                .unwrap_or_else(|| default_kv_bytes(&info, kv_dtype, max_model_len, args.max_num_seqs));
+            kv_blocks_for_bytes(lm.model.as_ref(), block_size, kv_dtype, bytes)
         }
     };
-    let per_block = KvCache::bytes_per_block(info.num_layers, block_size, info.num_kv_heads, info.head_dim);
+    let per_block = KvCache::bytes_per_block(info.num_layers, block_size, info.num_kv_heads, info.head_dim, kv_dtype);
     let tokens = num_blocks * block_size;
     info!(
-        "KV cache: {num_blocks} blocks of {block_size} tokens ({tokens} tokens, {:.1} MiB); maximum concurrency \
-         for {max_model_len} tokens per request: {:.2}x",
+        "KV cache: {num_blocks} blocks of {block_size} tokens ({tokens} tokens, {:.1} MiB of {}); maximum \
+         concurrency for {max_model_len} tokens per request: {:.2}x",
         (num_blocks * per_block) as f64 / (1 << 20) as f64,
+        kv_dtype.name(),
         tokens as f64 / max_model_len as f64
     );
 
     let mut cfg = EngineConfig::new(max_model_len, num_blocks);
     cfg.block_size = block_size;
+    cfg.kv_cache_dtype = kv_dtype;
     cfg.max_num_seqs = args.max_num_seqs;
     if let Some(n) = args.max_num_batched_tokens {
         cfg.max_num_batched_tokens = n;
@@ -121,8 +129,13 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
 
 /// A quarter of the available memory, capped at what `max_num_seqs` full-length requests need,
 /// and at least one full-length request.
-fn default_kv_bytes(info: &vllm_rs_models::ModelInfo, max_model_len: usize, max_num_seqs: usize) -> u64 {
-    let per_token = KvCache::bytes_per_block(info.num_layers, 1, info.num_kv_heads, info.head_dim) as u64;
+fn default_kv_bytes(
+    info: &vllm_rs_models::ModelInfo,
+    dtype: KvDtype,
+    max_model_len: usize,
+    max_num_seqs: usize,
+) -> u64 {
+    let per_token = KvCache::bytes_per_block(info.num_layers, 1, info.num_kv_heads, info.head_dim, dtype) as u64;
     let one = per_token * (max_model_len as u64 + 16);
     let all = one.saturating_mul(max_num_seqs as u64);
     let quarter = available_memory().map_or(4 << 30, |m| m / 4);

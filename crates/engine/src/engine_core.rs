@@ -8,7 +8,7 @@ use crate::stats::EngineStats;
 use std::time::Instant;
 use thiserror::Error;
 use vllm_rs_core::{FinishReason, Request, Scheduler, SchedulerConfig, SchedulingPolicy, StopParams};
-use vllm_rs_kernels::attention::KvCache;
+use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_models::Model;
 
 #[derive(Clone, Debug)]
@@ -23,6 +23,8 @@ pub struct EngineConfig {
     pub long_prefill_token_threshold: usize,
     pub policy: SchedulingPolicy,
     pub logprobs_mode: LogprobsMode,
+    /// Element type of the KV cache.
+    pub kv_cache_dtype: KvDtype,
     /// The tokenizer's EOS.
     pub eos_token_id: Option<u32>,
     /// Extra EOS ids from generation_config.json: they stop generation unless `ignore_eos`.
@@ -43,16 +45,17 @@ impl EngineConfig {
             long_prefill_token_threshold: 0,
             policy: SchedulingPolicy::Fcfs,
             logprobs_mode: LogprobsMode::RawLogprobs,
+            kv_cache_dtype: KvDtype::F32,
             eos_token_id: None,
             generation_eos_ids: Vec::new(),
         }
     }
 }
 
-/// Blocks that fit in `bytes` for this model (f32 K and V for every layer).
-pub fn kv_blocks_for_bytes(model: &dyn Model, block_size: usize, bytes: u64) -> usize {
+/// Blocks that fit in `bytes` for this model (K and V of `dtype` for every layer).
+pub fn kv_blocks_for_bytes(model: &dyn Model, block_size: usize, dtype: KvDtype, bytes: u64) -> usize {
     let i = model.info();
-    let per_block = KvCache::bytes_per_block(i.num_layers, block_size, i.num_kv_heads, i.head_dim) as u64;
+    let per_block = KvCache::bytes_per_block(i.num_layers, block_size, i.num_kv_heads, i.head_dim, dtype) as u64;
     (bytes / per_block) as usize
 }
 
@@ -125,7 +128,7 @@ impl EngineCore {
             long_prefill_token_threshold: config.long_prefill_token_threshold,
             policy: config.policy,
         });
-        let runner = ModelRunner::new(model, config.num_blocks, config.block_size, config.logprobs_mode);
+        let runner = ModelRunner::new(model, &config);
         Ok(EngineCore { config, scheduler, runner, stats: EngineStats::default() })
     }
 

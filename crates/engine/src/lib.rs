@@ -15,3 +15,4 @@ pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
 pub use stats::EngineStats;
 pub use vllm_rs_core::{FinishReason, SchedulingPolicy};
+pub use vllm_rs_kernels::attention::KvDtype;

@@ -1,5 +1,6 @@
 //! The model runner: flattens a scheduled step into one batch, runs the model once, samples.
 
+use crate::engine_core::EngineConfig;
 use crate::sampler::{self, SampleContext, TokenLogprobs};
 use crate::sampling_params::{LogprobsMode, SamplingParams};
 use rand::SeedableRng;
@@ -49,10 +50,10 @@ struct FlatBatch {
 }
 
 impl ModelRunner {
-    pub fn new(model: Box<dyn Model>, num_blocks: usize, block_size: usize, logprobs_mode: LogprobsMode) -> Self {
+    pub fn new(model: Box<dyn Model>, c: &EngineConfig) -> Self {
         let i = model.info();
-        let kv = KvCache::new(i.num_layers, num_blocks, block_size, i.num_kv_heads, i.head_dim);
-        ModelRunner { model, kv, states: HashMap::new(), logprobs_mode }
+        let kv = KvCache::new(i.num_layers, c.num_blocks, c.block_size, i.num_kv_heads, i.head_dim, c.kv_cache_dtype);
+        ModelRunner { model, kv, states: HashMap::new(), logprobs_mode: c.logprobs_mode }
     }
 
     /// Registers a request's sampling state. `all_stop_token_ids` are masked until `min_tokens`.

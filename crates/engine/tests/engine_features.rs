@@ -129,3 +129,30 @@ fn dropped_streams_and_aborts_through_the_handle_leave_nothing_behind() {
     handle.shutdown();
     assert!(!handle.is_alive());
 }
+
+#[test]
+fn sixteen_bit_kv_caches_stay_close_to_float32_and_chunking_invariant() {
+    let p = prompt(37, 5);
+    let run = |dtype: KvDtype, budget: usize| {
+        let mut c = core(|cfg| {
+            cfg.kv_cache_dtype = dtype;
+            cfg.max_num_batched_tokens = budget;
+        });
+        let params = SamplingParams { prompt_logprobs: Some(1), ..greedy(8) };
+        c.generate(vec![req("kv", p.clone(), params)]).unwrap().remove(0)
+    };
+    let exact = run(KvDtype::F32, 2048);
+    let logprobs = |o: &FinalOutput| -> Vec<f32> {
+        o.prompt_logprobs.as_ref().unwrap().iter().flatten().map(|lp| lp.logprob).collect()
+    };
+    // Largest change of a prompt token's logprob (nats) that each rounding may cause.
+    for (dtype, budget) in [(KvDtype::F16, 0.01), (KvDtype::Bf16, 0.1)] {
+        let out = run(dtype, 2048);
+        assert_eq!(out, run(dtype, 5), "{dtype:?}: chunking changed the output");
+        let diff = logprobs(&exact).iter().zip(logprobs(&out)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        eprintln!("{dtype:?}: largest prompt logprob change {diff}");
+        assert!(diff > 0.0, "{dtype:?}: the cache must store rounded values");
+        assert!(diff < budget, "{dtype:?}: prompt logprobs moved by {diff} (budget {budget})");
+        assert_eq!(out.token_ids[..4], exact.token_ids[..4], "{dtype:?}: greedy tokens left float32's");
+    }
+}

@@ -8,13 +8,58 @@
 //! max, exp, sum, weighted sum of values in position order), so a query's output is the same
 //! whether its tokens were prefilled in one chunk or many, alone or in a batch.
 
-use crate::matmul::SyncPtr;
+use crate::matmul::{SyncPtr, load1};
 use crate::pool;
 
-/// K and V storage of one layer.
+/// Element type of the KV cache (vLLM's `--kv-cache-dtype`). K/V are computed in f32 and
+/// rounded to nearest (even) when written; reads widen them back exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    #[default]
+    F32,
+    F16,
+    Bf16,
+}
+
+impl KvDtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 | KvDtype::Bf16 => 2,
+        }
+    }
+
+    /// The name vLLM gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "float32",
+            KvDtype::F16 => "float16",
+            KvDtype::Bf16 => "bfloat16",
+        }
+    }
+
+    /// Writes `src` into `dst` (`src.len() * size()` bytes) in this format.
+    fn store(self, dst: &mut [u8], src: &[f32]) {
+        match self {
+            KvDtype::F32 => dst.chunks_exact_mut(4).zip(src).for_each(|(d, x)| d.copy_from_slice(&x.to_ne_bytes())),
+            KvDtype::F16 => dst
+                .chunks_exact_mut(2)
+                .zip(src)
+                .for_each(|(d, x)| d.copy_from_slice(&half::f16::from_f32(*x).to_bits().to_ne_bytes())),
+            KvDtype::Bf16 => dst
+                .chunks_exact_mut(2)
+                .zip(src)
+                .for_each(|(d, x)| d.copy_from_slice(&half::bf16::from_f32(*x).to_bits().to_ne_bytes())),
+        }
+    }
+}
+
+/// K and V storage of one layer, as bytes of the cache's [`KvDtype`].
 pub struct LayerKvCache {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: Vec<u8>,
+    pub v: Vec<u8>,
+    pub dtype: KvDtype,
 }
 
 /// The paged KV cache of every layer.
@@ -23,28 +68,43 @@ pub struct KvCache {
     pub block_size: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
+    pub dtype: KvDtype,
     pub layers: Vec<LayerKvCache>,
 }
 
 impl KvCache {
-    pub fn new(num_layers: usize, num_blocks: usize, block_size: usize, num_kv_heads: usize, head_dim: usize) -> Self {
-        let n = num_blocks * block_size * num_kv_heads * head_dim;
-        let layers = (0..num_layers).map(|_| LayerKvCache { k: vec![0.0; n], v: vec![0.0; n] }).collect();
-        KvCache { num_blocks, block_size, num_kv_heads, head_dim, layers }
+    pub fn new(
+        num_layers: usize,
+        num_blocks: usize,
+        block_size: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        dtype: KvDtype,
+    ) -> Self {
+        let n = num_blocks * block_size * num_kv_heads * head_dim * dtype.size();
+        let layers = (0..num_layers).map(|_| LayerKvCache { k: vec![0; n], v: vec![0; n], dtype }).collect();
+        KvCache { num_blocks, block_size, num_kv_heads, head_dim, dtype, layers }
     }
 
     /// Bytes of one block over all layers (K and V), for sizing the cache from a memory budget.
-    pub fn bytes_per_block(num_layers: usize, block_size: usize, num_kv_heads: usize, head_dim: usize) -> usize {
-        2 * num_layers * block_size * num_kv_heads * head_dim * std::mem::size_of::<f32>()
+    pub fn bytes_per_block(
+        num_layers: usize,
+        block_size: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        dtype: KvDtype,
+    ) -> usize {
+        2 * num_layers * block_size * num_kv_heads * head_dim * dtype.size()
     }
 
     /// Writes the K/V rows of a batch (`[tokens × kv_heads × head_dim]`) into their slots.
     pub fn write(&mut self, layer: usize, slot_mapping: &[usize], k: &[f32], v: &[f32]) {
         let row = self.num_kv_heads * self.head_dim;
+        let rb = row * self.dtype.size();
         let cache = &mut self.layers[layer];
         for (t, &slot) in slot_mapping.iter().enumerate() {
-            cache.k[slot * row..(slot + 1) * row].copy_from_slice(&k[t * row..(t + 1) * row]);
-            cache.v[slot * row..(slot + 1) * row].copy_from_slice(&v[t * row..(t + 1) * row]);
+            self.dtype.store(&mut cache.k[slot * rb..(slot + 1) * rb], &k[t * row..(t + 1) * row]);
+            self.dtype.store(&mut cache.v[slot * rb..(slot + 1) * rb], &v[t * row..(t + 1) * row]);
         }
     }
 }
@@ -81,6 +141,19 @@ pub fn paged_attention(
     p: &AttentionParams,
     out: &mut [f32],
 ) {
+    paged_attention_on(crate::isa::tier(), q, cache, block_size, seqs, p, out)
+}
+
+/// [`paged_attention`] on a given tier (tests compare tiers).
+fn paged_attention_on(
+    tier: crate::isa::Tier,
+    q: &[f32],
+    cache: &LayerKvCache,
+    block_size: usize,
+    seqs: &[SeqAttention],
+    p: &AttentionParams,
+    out: &mut [f32],
+) {
     // One task per (request, kv head, chunk of queries): the heads of a group share K/V reads.
     const CHUNK: usize = 16;
     TASKS.with(|cell| {
@@ -93,7 +166,12 @@ pub fn paged_attention(
                 }
             }
         }
-        run_tasks(q, cache, block_size, seqs, p, &tasks, out);
+        let ops = VecOps(tier);
+        match cache.dtype {
+            KvDtype::F32 => run_tasks::<0>(ops, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::F16 => run_tasks::<1>(ops, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::Bf16 => run_tasks::<2>(ops, q, cache, block_size, seqs, p, &tasks, out),
+        }
     });
 }
 
@@ -104,7 +182,10 @@ thread_local! {
     static TASKS: std::cell::RefCell<Vec<Task>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn run_tasks(
+/// The tasks over a cache of element type `T` (0 f32, 1 f16, 2 bf16, as [`crate::matmul::load1`]).
+#[allow(clippy::too_many_arguments)]
+fn run_tasks<const T: u8>(
+    vec_ops: VecOps,
     q: &[f32],
     cache: &LayerKvCache,
     block_size: usize,
@@ -118,7 +199,7 @@ fn run_tasks(
     let kv_row = p.num_kv_heads * hd;
     let group = p.num_heads / p.num_kv_heads;
     let out_ptr = SyncPtr(out.as_mut_ptr());
-    let vec_ops = VecOps(crate::isa::tier());
+    let esize = cache.dtype.size();
     pool::global().run(tasks.len(), &|ti| {
         let (s, kvh, c0, c1) = tasks[ti];
         let seq = &seqs[s];
@@ -135,8 +216,9 @@ fn run_tasks(
                     let sc = &mut scores[first..=pos];
                     for (i, s) in sc.iter_mut().enumerate() {
                         let slot = slot_of(seq.block_table, block_size, first + i);
-                        let kv = &cache.k[slot * kv_row + kvh * hd..slot * kv_row + (kvh + 1) * hd];
-                        let mut x = vec_ops.dot(qv, kv) * p.scale;
+                        // SAFETY: the slot lies in the cache (block tables hold valid blocks).
+                        let kv = unsafe { cache.k.as_ptr().add((slot * kv_row + kvh * hd) * esize) };
+                        let mut x = vec_ops.dot::<T>(qv, kv) * p.scale;
                         if let Some(cap) = p.softcap {
                             x = (x / cap).tanh() * cap;
                         }
@@ -146,8 +228,9 @@ fn run_tasks(
                     acc.fill(0.0);
                     for (i, &w) in sc.iter().enumerate() {
                         let slot = slot_of(seq.block_table, block_size, first + i);
-                        let vv = &cache.v[slot * kv_row + kvh * hd..slot * kv_row + (kvh + 1) * hd];
-                        vec_ops.axpy(acc, w, vv);
+                        // SAFETY: as above.
+                        let vv = unsafe { cache.v.as_ptr().add((slot * kv_row + kvh * hd) * esize) };
+                        vec_ops.axpy::<T>(acc, w, vv);
                     }
                     // SAFETY: each (token, head) output row is written by exactly one task.
                     let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * q_row + h * hd), hd) };
@@ -162,75 +245,87 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The two vector loops of attention, on the process's tier.
+/// The two vector loops of attention, on one tier, over a cache row of element type `T`.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct VecOps(crate::isa::Tier);
 
 impl VecOps {
+    /// `q · k` for `k` = `q.len()` cache elements at `k`.
     #[inline]
-    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+    fn dot<const T: u8>(self, q: &[f32], k: *const u8) -> f32 {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
-            // SAFETY: the tier guarantees AVX2 and FMA.
-            return unsafe { x86::dot(a, b) };
+            // SAFETY: the tier guarantees AVX2, FMA and F16C; the row has q.len() elements.
+            return unsafe { x86::dot::<T>(q, k) };
         }
-        crate::matmul::scalar_dot(a, b)
+        let n8 = q.len() / 8 * 8;
+        let mut acc = [0f32; 8];
+        for i in (0..n8).step_by(8) {
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = q[i + l].mul_add(load1::<T>(k, i + l), *a);
+            }
+        }
+        let mut s = crate::matmul::hsum8(&acc);
+        for (i, x) in q.iter().enumerate().skip(n8) {
+            s += x * load1::<T>(k, i);
+        }
+        s
     }
 
-    /// `acc += w · v`.
+    /// `acc += w · v` for `acc.len()` cache elements at `v`.
     #[inline]
-    fn axpy(self, acc: &mut [f32], w: f32, v: &[f32]) {
+    fn axpy<const T: u8>(self, acc: &mut [f32], w: f32, v: *const u8) {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
             // SAFETY: as above.
-            return unsafe { x86::axpy(acc, w, v) };
+            return unsafe { x86::axpy::<T>(acc, w, v) };
         }
-        for (a, x) in acc.iter_mut().zip(v) {
-            *a = w.mul_add(*x, *a);
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = w.mul_add(load1::<T>(v, i), *a);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use crate::matmul::load1;
+    use crate::matmul::x86::load8;
     use std::arch::x86_64::*;
 
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n8 = a.len().min(b.len()) / 8 * 8;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot<const T: u8>(q: &[f32], k: *const u8) -> f32 {
+        let n8 = q.len() / 8 * 8;
         let mut acc = _mm256_setzero_ps();
         let mut i = 0;
         while i < n8 {
-            // SAFETY: i + 8 ≤ n8 ≤ both lengths.
-            unsafe {
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), acc)
-            };
+            // SAFETY: i + 8 ≤ n8 ≤ the row's length.
+            unsafe { acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), load8::<T>(k, i), acc) };
             i += 8;
         }
         let mut s = crate::matmul::x86_hsum(acc);
-        for t in n8..a.len().min(b.len()) {
-            s += a[t] * b[t];
+        for (t, x) in q.iter().enumerate().skip(n8) {
+            s += x * load1::<T>(k, t);
         }
         s
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn axpy(acc: &mut [f32], w: f32, v: &[f32]) {
-        let n = acc.len().min(v.len());
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn axpy<const T: u8>(acc: &mut [f32], w: f32, v: *const u8) {
+        let n = acc.len();
         let n8 = n / 8 * 8;
         let wv = _mm256_set1_ps(w);
         let mut i = 0;
         while i < n8 {
-            // SAFETY: i + 8 ≤ n8 ≤ both lengths.
+            // SAFETY: i + 8 ≤ n8 ≤ the row's length.
             unsafe {
                 let p = acc.as_mut_ptr().add(i);
-                _mm256_storeu_ps(p, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v.as_ptr().add(i)), _mm256_loadu_ps(p)));
+                _mm256_storeu_ps(p, _mm256_fmadd_ps(wv, load8::<T>(v, i), _mm256_loadu_ps(p)));
             }
             i += 8;
         }
-        for t in n8..n {
-            acc[t] = w.mul_add(v[t], acc[t]);
+        for (t, a) in acc.iter_mut().enumerate().skip(n8) {
+            *a = w.mul_add(load1::<T>(v, t), *a);
         }
     }
 }
@@ -283,49 +378,93 @@ mod tests {
         out
     }
 
+    /// `x` rounded through `dtype`, as the cache stores it.
+    fn rounded(x: &[f32], dtype: KvDtype) -> Vec<f32> {
+        let mut bytes = vec![0u8; x.len() * dtype.size()];
+        dtype.store(&mut bytes, x);
+        let t = match dtype {
+            KvDtype::F32 => 0,
+            KvDtype::F16 => 1,
+            KvDtype::Bf16 => 2,
+        };
+        (0..x.len())
+            .map(|i| match t {
+                0 => load1::<0>(bytes.as_ptr(), i),
+                1 => load1::<1>(bytes.as_ptr(), i),
+                _ => load1::<2>(bytes.as_ptr(), i),
+            })
+            .collect()
+    }
+
+    /// Runs attention over `n` tokens written and attended `chunk` at a time into scattered blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn run_chunked(
+        tier: crate::isa::Tier,
+        dtype: KvDtype,
+        (q, k, v): (&[f32], &[f32], &[f32]),
+        n: usize,
+        chunk: usize,
+        (heads, kvh, hd, bs): (usize, usize, usize, usize),
+        params: &AttentionParams,
+    ) -> Vec<f32> {
+        // The table maps logical blocks to physical ones in reverse.
+        let nblocks = n.div_ceil(bs);
+        let table: Vec<u32> = (0..nblocks as u32).rev().map(|b| b + 3).collect();
+        let mut cache = KvCache::new(1, nblocks + 3, bs, kvh, hd, dtype);
+        let qr = heads * hd;
+        let r = kvh * hd;
+        let mut out = vec![0f32; n * qr];
+        let mut done = 0;
+        while done < n {
+            let len = chunk.min(n - done);
+            let slots: Vec<usize> = (done..done + len).map(|p| slot_of(&table, bs, p)).collect();
+            cache.write(0, &slots, &k[done * r..(done + len) * r], &v[done * r..(done + len) * r]);
+            let seq = SeqAttention { query_start: 0, query_len: len, seq_len: done + len, block_table: &table };
+            let o = &mut out[done * qr..(done + len) * qr];
+            paged_attention_on(tier, &q[done * qr..(done + len) * qr], &cache.layers[0], bs, &[seq], params, o);
+            done += len;
+        }
+        out
+    }
+
+    /// Every KV dtype and tier: equal to dense f64 attention over the stored (rounded) K/V, the same
+    /// bits whatever the chunking, and the same bits on every tier.
     #[test]
-    fn paged_chunked_equals_dense_and_is_chunk_invariant() {
-        let (n, heads, kvh, hd, bs) = (37, 4, 2, 16, 4);
+    fn paged_chunked_equals_dense_and_is_chunk_and_tier_invariant() {
+        let (n, heads, kvh, hd, bs) = (37, 4, 2, 20, 4);
         let q = rand_vec(n * heads * hd, 1);
         let k = rand_vec(n * kvh * hd, 2);
         let v = rand_vec(n * kvh * hd, 3);
-        for window in [None, Some(5)] {
-            let params = AttentionParams {
-                num_heads: heads,
-                num_kv_heads: kvh,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
-                sliding_window: window,
-                softcap: None,
-            };
-            let want = reference(&q, &k, &v, n, heads, kvh, hd, window);
-            let mut outs = Vec::new();
-            for chunk in [n, 7, 1] {
-                // Scattered blocks: the table maps logical blocks to physical ones in reverse.
-                let nblocks = n.div_ceil(bs);
-                let table: Vec<u32> = (0..nblocks as u32).rev().map(|b| b + 3).collect();
-                let mut cache = KvCache::new(1, nblocks + 3, bs, kvh, hd);
-                let mut out = vec![0f32; n * heads * hd];
-                let mut done = 0;
-                while done < n {
-                    let len = chunk.min(n - done);
-                    let slots: Vec<usize> = (done..done + len).map(|p| slot_of(&table, bs, p)).collect();
-                    let r = kvh * hd;
-                    cache.write(0, &slots, &k[done * r..(done + len) * r], &v[done * r..(done + len) * r]);
-                    let seq = SeqAttention { query_start: 0, query_len: len, seq_len: done + len, block_table: &table };
-                    let qr = heads * hd;
-                    let mut o = vec![0f32; len * qr];
-                    paged_attention(&q[done * qr..(done + len) * qr], &cache.layers[0], bs, &[seq], &params, &mut o);
-                    out[done * qr..(done + len) * qr].copy_from_slice(&o);
-                    done += len;
-                }
-                for (a, b) in out.iter().zip(&want) {
-                    assert!((*a as f64 - b).abs() < 1e-5, "chunk {chunk} window {window:?}: {a} vs {b}");
-                }
-                outs.push(out);
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16] {
+            let (kr, vr) = (rounded(&k, dtype), rounded(&v, dtype));
+            if dtype != KvDtype::F32 {
+                assert_ne!(kr, k, "{dtype:?} must round");
             }
-            assert_eq!(outs[0], outs[1]);
-            assert_eq!(outs[0], outs[2]);
+            for window in [None, Some(5)] {
+                let params = AttentionParams {
+                    num_heads: heads,
+                    num_kv_heads: kvh,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    sliding_window: window,
+                    softcap: None,
+                };
+                let want = reference(&q, &kr, &vr, n, heads, kvh, hd, window);
+                let mut outs = Vec::new();
+                for tier in crate::isa::Tier::available() {
+                    for chunk in [n, 7, 1] {
+                        let out = run_chunked(tier, dtype, (&q, &k, &v), n, chunk, (heads, kvh, hd, bs), &params);
+                        for (a, b) in out.iter().zip(&want) {
+                            assert!(
+                                (*a as f64 - b).abs() < 1e-5,
+                                "{dtype:?} {tier:?} chunk {chunk} {window:?}: {a} vs {b}"
+                            );
+                        }
+                        outs.push(out);
+                    }
+                }
+                assert!(outs.windows(2).all(|w| w[0] == w[1]), "{dtype:?} {window:?}: chunking or tier changed bits");
+            }
         }
     }
 }

@@ -156,6 +156,19 @@ pub(crate) fn scalar_dot(x: &[f32], w: &[f32]) -> f32 {
     s
 }
 
+/// Element `i` of a row of f32 (`T` = 0), f16 (1) or bf16 (2) values at `p`, as f32 (exact).
+#[inline]
+pub(crate) fn load1<const T: u8>(p: *const u8, i: usize) -> f32 {
+    // SAFETY: the caller vouches that element i exists.
+    unsafe {
+        match T {
+            0 => (p as *const f32).add(i).read_unaligned(),
+            1 => half::f16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32(),
+            _ => f32::from_bits(((p as *const u16).add(i).read_unaligned() as u32) << 16),
+        }
+    }
+}
+
 /// Sum of 8 lanes in the association the SIMD tiers use.
 #[inline]
 pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {
@@ -166,7 +179,7 @@ pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {
 pub(crate) use x86::hsum as x86_hsum;
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::GgmlType;
     use std::arch::x86_64::*;
 
@@ -233,7 +246,7 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8<const T: u8>(p: *const u8, i: usize) -> __m256 {
+    pub(crate) unsafe fn load8<const T: u8>(p: *const u8, i: usize) -> __m256 {
         unsafe {
             match T {
                 0 => _mm256_loadu_ps((p as *const f32).add(i)),
@@ -241,18 +254,6 @@ mod x86 {
                 _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(
                     p.add(2 * i) as *const __m128i
                 )))),
-            }
-        }
-    }
-
-    #[inline]
-    fn load1<const T: u8>(p: *const u8, i: usize) -> f32 {
-        // SAFETY: i < k, the row's length.
-        unsafe {
-            match T {
-                0 => (p as *const f32).add(i).read_unaligned(),
-                1 => half::f16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32(),
-                _ => f32::from_bits(((p as *const u16).add(i).read_unaligned() as u32) << 16),
             }
         }
     }
@@ -277,7 +278,7 @@ mod x86 {
         for (rr, o) in out.iter_mut().enumerate() {
             let mut s = hsum(a[rr]);
             for (t, &xt) in x.iter().enumerate().skip(k8) {
-                s += xt * load1::<T>(unsafe { w.add(rr * rb) }, t);
+                s += xt * super::load1::<T>(unsafe { w.add(rr * rb) }, t);
             }
             *o = s;
         }

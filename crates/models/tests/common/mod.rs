@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use serde_json::Value;
-use vllm_rs_kernels::attention::{KvCache, SeqAttention};
+use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
 use vllm_rs_models::{ForwardBatch, Model};
 
 /// Tokens per cache block in these tests: small, so sequences span several blocks.
@@ -41,7 +41,7 @@ fn slot(table: &[u32], pos: usize) -> usize {
 
 fn new_cache(model: &dyn Model, blocks: usize) -> KvCache {
     let info = model.info();
-    KvCache::new(info.num_layers, blocks, BLOCK_SIZE, info.num_kv_heads, info.head_dim)
+    KvCache::new(info.num_layers, blocks, BLOCK_SIZE, info.num_kv_heads, info.head_dim, KvDtype::F32)
 }
 
 /// Greedy-decodes `n_new` tokens after `prompt` (EOS ignored). The prompt is prefilled in chunks of
