@@ -49,7 +49,8 @@ def server_command(server: str, port: int) -> tuple[list[str], dict[str, str]]:
     if server in ("vllm-rs-gguf", "vllm-rs-hf"):
         model = GGUF if server == "vllm-rs-gguf" else HF_DIR
         argv = [str(BIN), "serve", str(model), "--served-model-name", NAME, "--threads", THREADS]
-        return argv + ["--max-model-len", "2048"] + common, {}
+        # A 16-bit KV cache, as each peer keeps (llama.cpp f16, vLLM bf16 for a bf16 model).
+        return argv + ["--max-model-len", "2048", "--kv-cache-dtype", "float16"] + common, {}
     if server == "vllm":
         argv = [str(VLLM_VENV / "bin/python"), str(VLLM_CLI), "serve", str(HF_DIR), "--served-model-name", NAME]
         env = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{int(THREADS) - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
