@@ -7,7 +7,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::ggml::{GgmlType, scale_min_k4};
+use crate::ggml::GgmlType;
 use crate::matmul::x86_hsum;
 use crate::qmatmul::octet;
 use crate::quant_act::ActRow;
@@ -62,28 +62,64 @@ fn widen(v: __m256i, bias: i16) -> (__m256i, __m256i) {
     )
 }
 
-/// Nibbles of a 32-element block as bytes `[lo nibbles (elements 0..16) | hi nibbles (16..32)]`.
+/// 16 bytes at `p`, zero-extended to int16.
+///
+/// Inline assembly because LLVM, knowing the high bytes are zero, would move a mask or shift
+/// that follows onto the narrow bytes: three more instructions for every nibble split below.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn nibbles(qs: *const u8) -> __m256i {
-    let v = unsafe { _mm_loadu_si128(qs as *const __m128i) };
-    let m = _mm_set1_epi8(0x0F);
-    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m), _mm_and_si128(v, m))
+unsafe fn zext16(p: *const u8) -> __m256i {
+    let v: __m256i;
+    // SAFETY: reads the 16 bytes at p (the caller's block); no other effect.
+    unsafe {
+        std::arch::asm!("vpmovzxbw {v}, xmmword ptr [{p}]", v = out(ymm_reg) v, p = in(reg) p,
+            options(pure, readonly, nostack, preserves_flags));
+    }
+    v
 }
 
-/// The fifth bit of each of 32 elements (Q5_0 / Q5_1), as 0x10 per byte.
+/// The 32 4-bit elements of a block as int16 (elements 0..16, 16..32) minus `bias`: the 16 bytes
+/// are widened once, then masked (low nibbles) or shifted (high nibbles).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn fifth_bits(qh_ptr: *const u8) -> __m256i {
-    let qh = unsafe { (qh_ptr as *const u32).read_unaligned() } as i32;
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(qh),
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        ),
-    );
-    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits), _mm256_set1_epi8(0x10))
+unsafe fn nibbles_i16(qs: *const u8, bias: i16) -> (__m256i, __m256i) {
+    let v = unsafe { zext16(qs) };
+    let b = _mm256_set1_epi16(bias);
+    (_mm256_sub_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x0F)), b), _mm256_sub_epi16(_mm256_srli_epi16::<4>(v), b))
+}
+
+/// Q5_0 (`bias` 16) / Q5_1 (`bias` 0) elements as int16: `(nibble | 16·h) − bias`, where bit j
+/// of the 32-bit `qh` is element j's fifth bit `h`. The bits are tested in int16 lanes (each
+/// 16-bit half of `qh` broadcast from memory), so nothing is widened after the nibbles.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_i16<const BIAS: i16>(qh: *const u8, qs: *const u8) -> (__m256i, __m256i) {
+    let (lo, hi) = unsafe { nibbles_i16(qs, 0) };
+    // SAFETY: qh holds 4 bytes (the caller's block).
+    let half = |i: usize| _mm256_set1_epi16(unsafe { (qh.add(2 * i) as *const i16).read_unaligned() });
+    let bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, i16::MIN);
+    let sixteen = _mm256_set1_epi16(16);
+    let apply = |nib: __m256i, halfword: __m256i| {
+        let set = _mm256_cmpeq_epi16(_mm256_and_si256(halfword, bit), bit);
+        if BIAS == 16 {
+            _mm256_sub_epi16(nib, _mm256_andnot_si256(set, sixteen))
+        } else {
+            _mm256_add_epi16(nib, _mm256_and_si256(set, sixteen))
+        }
+    };
+    (apply(lo, half(0)), apply(hi, half(1)))
+}
+
+/// The 32 int8 elements of a Q8_0 block as int16 (elements 0..16, 16..32), widened from memory.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn bytes_i16(qs: *const u8) -> (__m256i, __m256i) {
+    unsafe {
+        (
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(qs as *const __m128i)),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(qs.add(16) as *const __m128i)),
+        )
+    }
 }
 
 /// Integer lanes of one 32-element group.
@@ -95,18 +131,6 @@ unsafe fn lanes32(w0: __m256i, w1: __m256i, xq: *const i16) -> __m256i {
         let b = _mm256_madd_epi16(w1, _mm256_loadu_si256(xq.add(16) as *const __m256i));
         _mm256_add_epi32(a, b)
     }
-}
-
-/// Eight f16 values read `stride` bytes apart (the first `n`; the rest are zero) as f32.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn gather_f16(p: *const u8, stride: usize, n: usize) -> __m256 {
-    let mut h = [0u16; 8];
-    for (i, v) in h.iter_mut().enumerate().take(n) {
-        // SAFETY: the caller guarantees n blocks.
-        *v = unsafe { (p.add(i * stride) as *const u16).read_unaligned() };
-    }
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr() as *const __m128i) })
 }
 
 /// One row of a 32-element-block format. `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0.
@@ -134,51 +158,58 @@ unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usiz
     let mut lanes = [_mm256_setzero_si256(); 8];
     // SAFETY: the caller guarantees blocks b0..b0+N.
     unsafe {
+        // Pointers to the octet's first block and group, so per-block offsets are constants.
+        let (w, xq) = (w.add(b0 * ts), x.q.as_ptr().add(b0 * 32));
         for (i, l) in lanes.iter_mut().enumerate().take(N) {
-            let blk = w.add((b0 + i) * ts);
+            let blk = w.add(i * ts);
             let (w0, w1) = match F {
-                0 => widen(nibbles(blk.add(2)), 8),
-                1 => widen(nibbles(blk.add(4)), 0),
-                2 => widen(_mm256_or_si256(nibbles(blk.add(6)), fifth_bits(blk.add(2))), 16),
-                3 => widen(_mm256_or_si256(nibbles(blk.add(8)), fifth_bits(blk.add(4))), 0),
-                _ => {
-                    let v = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-                    (
-                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
-                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)),
-                    )
-                }
+                0 => nibbles_i16(blk.add(2), 8),
+                1 => nibbles_i16(blk.add(4), 0),
+                2 => q5_i16::<16>(blk.add(2), blk.add(6)),
+                3 => q5_i16::<0>(blk.add(4), blk.add(8)),
+                _ => bytes_i16(blk.add(2)),
             };
-            *l = lanes32(w0, w1, x.q.as_ptr().add((b0 + i) * 32));
+            *l = lanes32(w0, w1, xq.add(i * 32));
         }
-        let blk0 = w.add(b0 * ts);
-        let (vs, dx) = if N == 8 {
-            (gather_f16_8(blk0, ts), _mm256_loadu_ps(x.d.as_ptr().add(b0)))
-        } else {
-            (gather_f16(blk0, ts, N), octet::load_partial(x.d.as_ptr().add(b0), N))
-        };
+        let (vs, m) = block_scales::<N>(w, ts);
+        let dx =
+            if N == 8 { _mm256_loadu_ps(x.d.as_ptr().add(b0)) } else { octet::load_partial(x.d.as_ptr().add(b0), N) };
         acc[0] = octet::finish(acc[0], octet::reduce8(&lanes), vs, dx);
         if F == 1 || F == 3 {
-            let (m, ds) = if N == 8 {
-                (gather_f16_8(blk0.add(2), ts), _mm256_loadu_ps(x.dsum32.as_ptr().add(b0)))
+            let ds = if N == 8 {
+                _mm256_loadu_ps(x.dsum32.as_ptr().add(b0))
             } else {
-                (gather_f16(blk0.add(2), ts, N), octet::load_partial(x.dsum32.as_ptr().add(b0), N))
+                octet::load_partial(x.dsum32.as_ptr().add(b0), N)
             };
             acc[1] = _mm256_fmadd_ps(m, ds, acc[1]);
         }
     }
 }
 
-/// Eight f16 values `stride` bytes apart, as f32.
+/// The two f16 values at the start of blocks `b0..b0+N` (`ts` bytes apart) as f32: each block's
+/// scale `d`, and the f16 after it (the minimum of Q4_1 / Q5_1; ignored for other formats).
+/// Lanes from `N` on are zero. One gather of 32-bit words replaces sixteen 16-bit inserts.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn gather_f16_8(p: *const u8, stride: usize) -> __m256 {
-    // SAFETY: the caller guarantees eight blocks.
-    unsafe {
-        let r = |i: usize| (p.add(i * stride) as *const u16).read_unaligned() as i16;
-        let h = _mm_setr_epi16(r(0), r(1), r(2), r(3), r(4), r(5), r(6), r(7));
-        _mm256_cvtph_ps(h)
-    }
+unsafe fn block_scales<const N: usize>(blk0: *const u8, ts: usize) -> (__m256, __m256) {
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let idx = _mm256_mullo_epi32(lane, _mm256_set1_epi32(ts as i32));
+    // SAFETY: the caller guarantees blocks b0..b0+N, each at least 4 bytes; lanes ≥ N are masked.
+    let words = unsafe {
+        if N == 8 {
+            _mm256_i32gather_epi32::<1>(blk0 as *const i32, idx)
+        } else {
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(N as i32), lane);
+            _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), blk0 as *const i32, idx, mask)
+        }
+    };
+    // Per 128-bit lane: low halves (d) to bytes 0..8, high halves to bytes 8..16; then qwords
+    // 0, 2 (all d) and 1, 3 (all second values).
+    let split = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+    );
+    let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(words, split));
+    (_mm256_cvtph_ps(_mm256_castsi256_si128(p)), _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(p)))
 }
 
 /// Q4_K: one 256-element super-block is exactly one octet of 32-element groups.
@@ -186,35 +217,54 @@ unsafe fn gather_f16_8(p: *const u8, stride: usize) -> __m256 {
 unsafe fn dot_q4k(w: *const u8, x: ActRow) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut accm = _mm256_setzero_ps();
-    let m4 = _mm256_set1_epi8(0x0F);
     for b in 0..x.q.len() / 256 {
         // SAFETY: super-block b of this row and of the activation row exist.
         unsafe {
             let blk = w.add(b * 144);
-            let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
-            let scales = std::slice::from_raw_parts(blk.add(4), 12);
-            let mut vs = [0f32; 8];
-            let mut mc = [0f32; 8];
-            for j in 0..8 {
-                let (sc, m) = scale_min_k4(j, scales);
-                vs[j] = d * sc as f32;
-                mc[j] = -(dmin * m as f32);
-            }
+            let (vs, mc) = q4k_scales(blk);
             let mut lanes = [_mm256_setzero_si256(); 8];
             let xq = x.q.as_ptr().add(b * 256);
+            let m4 = _mm256_set1_epi16(0x0F);
+            // Chunk c: 32 bytes whose low nibbles are group 2c and high nibbles group 2c + 1.
             for c in 0..4 {
-                let v = _mm256_loadu_si256(blk.add(16 + 32 * c) as *const __m256i);
-                let (l0, l1) = widen(_mm256_and_si256(v, m4), 0);
-                let (h0, h1) = widen(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), 0);
+                let (v0, v1) = (zext16(blk.add(16 + 32 * c)), zext16(blk.add(32 + 32 * c)));
+                let (l0, l1) = (_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4));
+                let (h0, h1) = (_mm256_srli_epi16::<4>(v0), _mm256_srli_epi16::<4>(v1));
                 lanes[2 * c] = lanes32(l0, l1, xq.add(64 * c));
                 lanes[2 * c + 1] = lanes32(h0, h1, xq.add(64 * c + 32));
             }
             let dx = _mm256_loadu_ps(x.d.as_ptr().add(8 * b));
-            acc = octet::finish(acc, octet::reduce8(&lanes), _mm256_loadu_ps(vs.as_ptr()), dx);
-            accm = _mm256_fmadd_ps(_mm256_loadu_ps(mc.as_ptr()), _mm256_loadu_ps(x.dsum32.as_ptr().add(8 * b)), accm);
+            acc = octet::finish(acc, octet::reduce8(&lanes), vs, dx);
+            accm = _mm256_fmadd_ps(mc, _mm256_loadu_ps(x.dsum32.as_ptr().add(8 * b)), accm);
         }
     }
     x86_hsum(acc) + x86_hsum(accm)
+}
+
+/// The eight group scales `d·sc` and minimum coefficients `-(dmin·m)` of a Q4_K super-block, as
+/// [`crate::ggml::scale_min_k4`] computes them one at a time: the 6-bit fields are cut out of the 12 scale
+/// bytes as 32-bit words (bytes 0..4: scales 0..4, 4..8: mins 0..4, 8..12: low 4 bits of scales
+/// and mins 4..8, whose top 2 bits are the top bits of bytes 0..8).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q4k_scales(blk: *const u8) -> (__m256, __m256) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    // SAFETY: a Q4_K block holds d, dmin and 12 scale bytes at these offsets.
+    let (d, dmin, u) = unsafe {
+        let w = |i: usize| (blk.add(4 + 4 * i) as *const u32).read_unaligned();
+        (f16_at(blk), f16_at(blk.add(2)), [w(0), w(1), w(2)])
+    };
+    let sc = [u[0] & LOW6, (u[2] & LOW4) | (((u[0] >> 6) & LOW2) << 4)];
+    let m = [u[1] & LOW6, ((u[2] >> 4) & LOW4) | (((u[1] >> 6) & LOW2) << 4)];
+    let f = |v: [u32; 2]| {
+        let bytes = _mm_set_epi64x(0, (v[0] as u64 | (v[1] as u64) << 32) as i64);
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))
+    };
+    let vs = _mm256_mul_ps(_mm256_set1_ps(d), f(sc));
+    let mc = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), f(m)), _mm256_set1_ps(-0.0));
+    (vs, mc)
 }
 
 /// Q6_K: one super-block is 16 groups of 16 elements — two octets.
@@ -251,12 +301,10 @@ unsafe fn dot_q6k(w: *const u8, x: ActRow) -> f32 {
                     lanes[2 * q + 1] = _mm256_madd_epi16(w1, _mm256_loadu_si256(xq.add(32 * q + 16) as *const __m256i));
                 }
                 let g0 = 16 * b + 8 * half; // first 16-element group of this octet
-                let mut vs = [0f32; 8];
-                for (i, v) in vs.iter_mut().enumerate() {
-                    *v = d * *sc.add(8 * half + i) as i8 as f32;
-                }
+                let scales = _mm_loadl_epi64(sc.add(8 * half) as *const __m128i);
+                let vs = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
                 let dx = _mm256_loadu_ps(x.d16.as_ptr().add(g0));
-                acc = octet::finish(acc, octet::reduce8(&lanes), _mm256_loadu_ps(vs.as_ptr()), dx);
+                acc = octet::finish(acc, octet::reduce8(&lanes), vs, dx);
             }
         }
     }
