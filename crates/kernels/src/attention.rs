@@ -200,6 +200,7 @@ fn run_tasks<const T: u8>(
     let group = p.num_heads / p.num_kv_heads;
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let esize = cache.dtype.size();
+    let row_bytes = kv_row * esize;
     pool::global().run(tasks.len(), &|ti| {
         let (s, kvh, c0, c1) = tasks[ti];
         let seq = &seqs[s];
@@ -214,23 +215,21 @@ fn run_tasks<const T: u8>(
                 for h in kvh * group..(kvh + 1) * group {
                     let qv = &q[t * q_row + h * hd..t * q_row + (h + 1) * hd];
                     let sc = &mut scores[first..=pos];
-                    for (i, s) in sc.iter_mut().enumerate() {
-                        let slot = slot_of(seq.block_table, block_size, first + i);
-                        // SAFETY: the slot lies in the cache (block tables hold valid blocks).
-                        let kv = unsafe { cache.k.as_ptr().add((slot * kv_row + kvh * hd) * esize) };
-                        let mut x = vec_ops.dot::<T>(qv, kv) * p.scale;
-                        if let Some(cap) = p.softcap {
-                            x = (x / cap).tanh() * cap;
-                        }
-                        *s = x;
+                    let head = kvh * hd * esize;
+                    for (i, slot, n) in Runs::new(seq.block_table, block_size, first, pos + 1) {
+                        // SAFETY: the run's slots lie in the cache (block tables hold valid blocks).
+                        let k = unsafe { cache.k.as_ptr().add(slot * row_bytes + head) };
+                        vec_ops.dots::<T>(qv, k, row_bytes, p.scale, &mut sc[i..i + n]);
                     }
-                    crate::ops::softmax(sc);
+                    if let Some(cap) = p.softcap {
+                        sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+                    }
+                    crate::ops::softmax_on(vec_ops.0, sc);
                     acc.fill(0.0);
-                    for (i, &w) in sc.iter().enumerate() {
-                        let slot = slot_of(seq.block_table, block_size, first + i);
+                    for (i, slot, n) in Runs::new(seq.block_table, block_size, first, pos + 1) {
                         // SAFETY: as above.
-                        let vv = unsafe { cache.v.as_ptr().add((slot * kv_row + kvh * hd) * esize) };
-                        vec_ops.axpy::<T>(acc, w, vv);
+                        let v = unsafe { cache.v.as_ptr().add(slot * row_bytes + head) };
+                        vec_ops.axpys::<T>(acc, &sc[i..i + n], v, row_bytes);
                     }
                     // SAFETY: each (token, head) output row is written by exactly one task.
                     let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * q_row + h * hd), hd) };
@@ -251,39 +250,84 @@ thread_local! {
 struct VecOps(crate::isa::Tier);
 
 impl VecOps {
-    /// `q · k` for `k` = `q.len()` cache elements at `k`.
+    /// `out[j] = (q · row j) · scale` for `out.len()` cache rows of `q.len()` elements, the first
+    /// at `k`, `stride` bytes apart.
     #[inline]
-    fn dot<const T: u8>(self, q: &[f32], k: *const u8) -> f32 {
+    fn dots<const T: u8>(self, q: &[f32], k: *const u8, stride: usize, scale: f32, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
-            // SAFETY: the tier guarantees AVX2, FMA and F16C; the row has q.len() elements.
-            return unsafe { x86::dot::<T>(q, k) };
+            // SAFETY: the tier guarantees AVX2, FMA and F16C; the caller vouches for the rows.
+            return unsafe { x86::dots::<T>(q, k, stride, scale, out) };
         }
-        let n8 = q.len() / 8 * 8;
-        let mut acc = [0f32; 8];
-        for i in (0..n8).step_by(8) {
-            for (l, a) in acc.iter_mut().enumerate() {
-                *a = q[i + l].mul_add(load1::<T>(k, i + l), *a);
-            }
+        for (j, o) in out.iter_mut().enumerate() {
+            // SAFETY: row j exists (caller).
+            *o = dot_scalar::<T>(q, unsafe { k.add(j * stride) }) * scale;
         }
-        let mut s = crate::matmul::hsum8(&acc);
-        for (i, x) in q.iter().enumerate().skip(n8) {
-            s += x * load1::<T>(k, i);
-        }
-        s
     }
 
-    /// `acc += w · v` for `acc.len()` cache elements at `v`.
+    /// `acc += Σ_j w[j] · row j` (rows in order) for `w.len()` cache rows, the first at `v`,
+    /// `stride` bytes apart.
     #[inline]
-    fn axpy<const T: u8>(self, acc: &mut [f32], w: f32, v: *const u8) {
+    fn axpys<const T: u8>(self, acc: &mut [f32], w: &[f32], v: *const u8, stride: usize) {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
             // SAFETY: as above.
-            return unsafe { x86::axpy::<T>(acc, w, v) };
+            return unsafe { x86::axpys::<T>(acc, w, v, stride) };
         }
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = w.mul_add(load1::<T>(v, i), *a);
+        for (j, &wj) in w.iter().enumerate() {
+            // SAFETY: row j exists (caller).
+            let row = unsafe { v.add(j * stride) };
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = wj.mul_add(load1::<T>(row, i), *a);
+            }
         }
+    }
+}
+
+/// `q · k` for `q.len()` cache elements at `k`, in the reduction order of the SIMD tiers.
+fn dot_scalar<const T: u8>(q: &[f32], k: *const u8) -> f32 {
+    let n8 = q.len() / 8 * 8;
+    let mut acc = [0f32; 8];
+    for i in (0..n8).step_by(8) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = q[i + l].mul_add(load1::<T>(k, i + l), *a);
+        }
+    }
+    let mut s = crate::matmul::hsum8(&acc);
+    for (i, x) in q.iter().enumerate().skip(n8) {
+        s += x * load1::<T>(k, i);
+    }
+    s
+}
+
+/// Consecutive positions `first..end` of a request as runs inside one block each:
+/// `(index from first, slot of the run's first position, length)`.
+struct Runs<'a> {
+    table: &'a [u32],
+    block_size: usize,
+    first: usize,
+    pos: usize,
+    end: usize,
+}
+
+impl<'a> Runs<'a> {
+    fn new(table: &'a [u32], block_size: usize, first: usize, end: usize) -> Self {
+        Runs { table, block_size, first, pos: first, end }
+    }
+}
+
+impl Iterator for Runs<'_> {
+    type Item = (usize, usize, usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let off = self.pos % self.block_size;
+        let n = (self.block_size - off).min(self.end - self.pos);
+        let item = (self.pos - self.first, slot_of(self.table, self.block_size, self.pos), n);
+        self.pos += n;
+        Some(item)
     }
 }
 
@@ -294,7 +338,16 @@ mod x86 {
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot<const T: u8>(q: &[f32], k: *const u8) -> f32 {
+    pub(super) unsafe fn dots<const T: u8>(q: &[f32], k: *const u8, stride: usize, scale: f32, out: &mut [f32]) {
+        for (j, o) in out.iter_mut().enumerate() {
+            // SAFETY: row j exists (caller).
+            *o = unsafe { dot::<T>(q, k.add(j * stride)) } * scale;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot<const T: u8>(q: &[f32], k: *const u8) -> f32 {
         let n8 = q.len() / 8 * 8;
         let mut acc = _mm256_setzero_ps();
         let mut i = 0;
@@ -311,21 +364,24 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn axpy<const T: u8>(acc: &mut [f32], w: f32, v: *const u8) {
+    pub(super) unsafe fn axpys<const T: u8>(acc: &mut [f32], w: &[f32], v: *const u8, stride: usize) {
         let n = acc.len();
         let n8 = n / 8 * 8;
-        let wv = _mm256_set1_ps(w);
-        let mut i = 0;
-        while i < n8 {
-            // SAFETY: i + 8 ≤ n8 ≤ the row's length.
-            unsafe {
-                let p = acc.as_mut_ptr().add(i);
-                _mm256_storeu_ps(p, _mm256_fmadd_ps(wv, load8::<T>(v, i), _mm256_loadu_ps(p)));
+        for (j, &wj) in w.iter().enumerate() {
+            // SAFETY: row j exists (caller); i + 8 ≤ n8 ≤ its length.
+            let row = unsafe { v.add(j * stride) };
+            let wv = _mm256_set1_ps(wj);
+            let mut i = 0;
+            while i < n8 {
+                unsafe {
+                    let p = acc.as_mut_ptr().add(i);
+                    _mm256_storeu_ps(p, _mm256_fmadd_ps(wv, load8::<T>(row, i), _mm256_loadu_ps(p)));
+                }
+                i += 8;
             }
-            i += 8;
-        }
-        for (t, a) in acc.iter_mut().enumerate().skip(n8) {
-            *a = w.mul_add(load1::<T>(v, t), *a);
+            for (t, a) in acc.iter_mut().enumerate().skip(n8) {
+                *a = wj.mul_add(load1::<T>(row, t), *a);
+            }
         }
     }
 }
