@@ -8,7 +8,7 @@
 //! that wakes late simply finds the job closed: the caller never waits for an idle worker.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,6 +35,9 @@ struct Shared {
     next_task: AtomicUsize,
     sleep_lock: Mutex<()>,
     wake: Condvar,
+    /// Workers inside (or about to enter) `wake.wait`: a job start only notifies when some are,
+    /// since a notify is a system call and a decode step starts hundreds of jobs.
+    sleepers: AtomicUsize,
     shutdown: AtomicUsize,
 }
 
@@ -62,6 +65,7 @@ impl ThreadPool {
             next_task: AtomicUsize::new(0),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
             shutdown: AtomicUsize::new(0),
         });
         let workers = (1..n_threads.max(1))
@@ -101,7 +105,10 @@ impl ThreadPool {
         s.next_task.store(0, Ordering::Relaxed);
         let epoch = epoch_of(s.gate.load(Ordering::Relaxed)) + 1;
         s.gate.store(epoch << 32, Ordering::Release);
-        {
+        // Pairs with the fence in `worker_loop`: either the worker sees the new epoch before it
+        // waits, or we see it counted as a sleeper and notify under the lock it holds.
+        fence(Ordering::SeqCst);
+        if s.sleepers.load(Ordering::Relaxed) > 0 {
             let _l = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
@@ -167,9 +174,14 @@ fn worker_loop(s: &Shared) {
                 std::thread::yield_now();
             } else {
                 let guard = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+                s.sleepers.fetch_add(1, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
                 if epoch_of(s.gate.load(Ordering::Acquire)) == seen && s.shutdown.load(Ordering::Relaxed) == 0 {
                     drop(s.wake.wait_timeout(guard, Duration::from_millis(100)));
+                } else {
+                    drop(guard);
                 }
+                s.sleepers.fetch_sub(1, Ordering::Relaxed);
             }
         };
         seen = e;
