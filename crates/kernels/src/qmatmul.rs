@@ -27,8 +27,9 @@ thread_local! {
 
 /// Up to this many activation rows, supported formats skip the panel and expand weights in
 /// registers (decode); more rows amortize a panel better (prefill, batched decode). Results are
-/// identical. By instruction counts (SmolLM2 Q4_1, callgrind) a fused row costs ~78 M per token
-/// and a panel ~90 M per step to unpack plus ~35 M per row, so the panel wins from 3 rows on.
+/// identical. By instruction counts (SmolLM2 Q4_1, callgrind) a fused row costs ~62 M per token
+/// and a panel ~90 M per step to unpack plus ~28 M per row (rows taken in pairs), so the panel
+/// wins from 3 rows on.
 const FUSED_MAX_M: usize = 2;
 
 /// `out[i·n + j] = Σ_k x[i,k] · W[j,k]` with `x` already quantized.
@@ -59,9 +60,14 @@ pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
         PANEL.with(|cell| {
             let mut p = cell.borrow_mut();
             p.unpack(tier, w.ty, &w.bytes()[j0 * rb..j1 * rb], j1 - j0, k);
-            for i in 0..m {
-                let (xr, o) = (x.row(i), out_row(i));
-                dot_rows(tier, &p, xr, o);
+            // Activation rows two at a time share each panel load (same bits as one at a time).
+            let mut i = 0;
+            while i + 2 <= m {
+                dot_rows_pair(tier, &p, [x.row(i), x.row(i + 1)], [out_row(i), out_row(i + 1)]);
+                i += 2;
+            }
+            if i < m {
+                dot_rows(tier, &p, x.row(i), out_row(i));
             }
         });
     });
@@ -84,6 +90,21 @@ fn dot_rows(tier: Tier, p: &Panel, x: ActRow, out: &mut [f32]) {
         // SAFETY: the tier supports AVX2/FMA.
         Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(p, x, out) },
         _ => out.iter_mut().enumerate().for_each(|(r, v)| *v = dot_scalar(p, r, x)),
+    }
+}
+
+/// [`dot_rows`] for two activation rows at once.
+fn dot_rows_pair(tier: Tier, p: &Panel, x: [ActRow; 2], out: [&mut [f32]; 2]) {
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the tier supports AVX2/FMA.
+        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows_pair(p, x, out) },
+        _ => {
+            let [x0, x1] = x;
+            let [o0, o1] = out;
+            dot_rows(tier, p, x0, o0);
+            dot_rows(tier, p, x1, o1);
+        }
     }
 }
 
@@ -144,6 +165,14 @@ pub(crate) mod octet {
         let t3 = _mm256_hadd_epi32(l[6], l[7]);
         let u0 = _mm256_hadd_epi32(t0, t1); // [g0 g1 g2 g3 | g0 g1 g2 g3] halves
         let u1 = _mm256_hadd_epi32(t2, t3); // [g4 g5 g6 g7 | g4 g5 g6 g7] halves
+        combine_halves(u0, u1)
+    }
+
+    /// The last step of [`reduce8`]: the two 128-bit halves of groups 0..4 (`u0`) and 4..8 (`u1`)
+    /// added into `[g0 … g7]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub fn combine_halves(u0: __m256i, u1: __m256i) -> __m256i {
         let lo = _mm256_permute2x128_si256::<0x20>(u0, u1);
         let hi = _mm256_permute2x128_si256::<0x31>(u0, u1);
         _mm256_add_epi32(lo, hi)
@@ -216,6 +245,117 @@ mod x86 {
                 }
                 crate::with_tail!(groups - g0, octet_g, [G, MINS], (q, xq, vs, mc, dx, dsum, g0, &mut acc));
                 *o = x86_hsum(acc[0]) + x86_hsum(acc[1]);
+            }
+        }
+    }
+
+    /// [`dot_rows`] for two activation rows: each panel vector is loaded once for both.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_rows_pair(p: &Panel, x: [ActRow; 2], out: [&mut [f32]; 2]) {
+        match (p.group, p.mcoef.is_some()) {
+            (32, false) => unsafe { pair_g::<32, false>(p, x, out) },
+            (32, true) => unsafe { pair_g::<32, true>(p, x, out) },
+            (_, false) => unsafe { pair_g::<16, false>(p, x, out) },
+            (_, true) => unsafe { pair_g::<16, true>(p, x, out) },
+        }
+    }
+
+    /// Pointers of one activation row for a group size: values, group scales, scaled sums.
+    type RowPtrs = (*const i16, *const f32, *const f32);
+
+    fn row_ptrs(x: &ActRow, g: usize, k: usize) -> RowPtrs {
+        let (dx, dsum) = (x.group_scale(g), x.group_dsum(g));
+        assert!(x.q.len() == k && dx.len() == k / g && dsum.len() == k / g);
+        (x.q.as_ptr(), dx.as_ptr(), dsum.as_ptr())
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn pair_g<const G: usize, const MINS: bool>(p: &Panel, x: [ActRow; 2], out: [&mut [f32]; 2]) {
+        let k = p.k;
+        let groups = k / G;
+        let rows = out[0].len();
+        assert!(out[1].len() == rows && rows * k <= p.q.len() && rows * groups <= p.vscale.len());
+        let xs = [row_ptrs(&x[0], G, k), row_ptrs(&x[1], G, k)];
+        let mc = match &p.mcoef {
+            Some(m) if MINS => {
+                assert!(rows * groups <= m.len());
+                m.as_ptr()
+            }
+            _ => std::ptr::null(),
+        };
+        let [o0, o1] = out;
+        for (row, (a, b)) in o0.iter_mut().zip(o1.iter_mut()).enumerate() {
+            // SAFETY: rows and groups are within the panel and the activation rows (asserts above).
+            unsafe {
+                let q = p.q.as_ptr().add(row * k);
+                let vs = p.vscale.as_ptr().add(row * groups);
+                let mc = if MINS { mc.add(row * groups) } else { mc };
+                let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+                let mut g0 = 0;
+                while g0 + 8 <= groups {
+                    pair_octet::<G, MINS, 8>(q, vs, mc, &xs, g0, &mut acc);
+                    g0 += 8;
+                }
+                crate::with_tail!(groups - g0, pair_octet, [G, MINS], (q, vs, mc, &xs, g0, &mut acc));
+                *a = x86_hsum(acc[0][0]) + x86_hsum(acc[0][1]);
+                *b = x86_hsum(acc[1][0]) + x86_hsum(acc[1][1]);
+            }
+        }
+    }
+
+    /// Groups `g0..g0+N` of one panel row against two activation rows. The integer lanes are
+    /// reduced pairwise as they are made (the same `hadd` tree as [`octet::reduce8`]), so two
+    /// rows' eight lanes never need to be live at once.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn pair_octet<const G: usize, const MINS: bool, const N: usize>(
+        q: *const i16,
+        vs: *const f32,
+        mc: *const f32,
+        xs: &[RowPtrs; 2],
+        g0: usize,
+        acc: &mut [[__m256; 2]; 2],
+    ) {
+        // SAFETY (all loads): the caller guarantees groups g0..g0+N of the panel row and both rows.
+        let lanes = |g: usize| -> [__m256i; 2] {
+            if g >= N {
+                return [_mm256_setzero_si256(); 2];
+            }
+            let base = (g0 + g) * G;
+            unsafe {
+                let w0 = _mm256_loadu_si256(q.add(base) as *const __m256i);
+                let w1 = if G == 32 { _mm256_loadu_si256(q.add(base + 16) as *const __m256i) } else { w0 };
+                xs.map(|(xq, _, _)| {
+                    let a = _mm256_madd_epi16(w0, _mm256_loadu_si256(xq.add(base) as *const __m256i));
+                    if G == 32 {
+                        _mm256_add_epi32(
+                            a,
+                            _mm256_madd_epi16(w1, _mm256_loadu_si256(xq.add(base + 16) as *const __m256i)),
+                        )
+                    } else {
+                        a
+                    }
+                })
+            }
+        };
+        let hadd2 = |a: [__m256i; 2], b: [__m256i; 2]| [_mm256_hadd_epi32(a[0], b[0]), _mm256_hadd_epi32(a[1], b[1])];
+        let u0 = {
+            let t0 = hadd2(lanes(0), lanes(1));
+            hadd2(t0, hadd2(lanes(2), lanes(3)))
+        };
+        let u1 = {
+            let t2 = hadd2(lanes(4), lanes(5));
+            hadd2(t2, hadd2(lanes(6), lanes(7)))
+        };
+        let load = |p: *const f32| unsafe { if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) } };
+        let v = load(unsafe { vs.add(g0) });
+        let m = if MINS { load(unsafe { mc.add(g0) }) } else { _mm256_setzero_ps() };
+        for r in 0..2 {
+            let isums = octet::combine_halves(u0[r], u1[r]);
+            let (_, dx, dsum) = xs[r];
+            acc[r][0] = octet::finish(acc[r][0], isums, v, load(unsafe { dx.add(g0) }));
+            if MINS {
+                acc[r][1] = _mm256_fmadd_ps(m, load(unsafe { dsum.add(g0) }), acc[r][1]);
             }
         }
     }
