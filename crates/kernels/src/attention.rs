@@ -261,7 +261,7 @@ impl VecOps {
         }
         for (j, o) in out.iter_mut().enumerate() {
             // SAFETY: row j exists (caller).
-            *o = dot_scalar::<T>(q, unsafe { k.add(j * stride) }) * scale;
+            *o = crate::matmul::scalar_dot_of::<T>(q, unsafe { k.add(j * stride) }) * scale;
         }
     }
 
@@ -282,22 +282,6 @@ impl VecOps {
             }
         }
     }
-}
-
-/// `q · k` for `q.len()` cache elements at `k`, in the reduction order of the SIMD tiers.
-fn dot_scalar<const T: u8>(q: &[f32], k: *const u8) -> f32 {
-    let n8 = q.len() / 8 * 8;
-    let mut acc = [0f32; 8];
-    for i in (0..n8).step_by(8) {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a = q[i + l].mul_add(load1::<T>(k, i + l), *a);
-        }
-    }
-    let mut s = crate::matmul::hsum8(&acc);
-    for (i, x) in q.iter().enumerate().skip(n8) {
-        s += x * load1::<T>(k, i);
-    }
-    s
 }
 
 /// Consecutive positions `first..end` of a request as runs inside one block each:
@@ -334,33 +318,17 @@ impl Iterator for Runs<'_> {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use crate::matmul::load1;
-    use crate::matmul::x86::load8;
+    use crate::matmul::x86::{dense, load8};
     use std::arch::x86_64::*;
 
+    /// Four rows at a time through the dense matmul kernel (the same reduction per row).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dots<const T: u8>(q: &[f32], k: *const u8, stride: usize, scale: f32, out: &mut [f32]) {
-        for (j, o) in out.iter_mut().enumerate() {
-            // SAFETY: row j exists (caller).
-            *o = unsafe { dot::<T>(q, k.add(j * stride)) } * scale;
+        for (c, rows) in out.chunks_mut(4).enumerate() {
+            // SAFETY: the rows exist (caller); at most four per call, as `dense` requires.
+            unsafe { dense::<T>(q, k.add(4 * c * stride), stride, rows) };
+            rows.iter_mut().for_each(|o| *o *= scale);
         }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot<const T: u8>(q: &[f32], k: *const u8) -> f32 {
-        let n8 = q.len() / 8 * 8;
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        while i < n8 {
-            // SAFETY: i + 8 ≤ n8 ≤ the row's length.
-            unsafe { acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), load8::<T>(k, i), acc) };
-            i += 8;
-        }
-        let mut s = crate::matmul::x86_hsum(acc);
-        for (t, x) in q.iter().enumerate().skip(n8) {
-            s += x * load1::<T>(k, t);
-        }
-        s
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

@@ -142,16 +142,23 @@ fn dot_rows(tier: Tier, x: &[f32], rows: usize, panel: &[f32], k: usize, mut out
 }
 
 pub(crate) fn scalar_dot(x: &[f32], w: &[f32]) -> f32 {
+    assert!(w.len() >= x.len());
+    scalar_dot_of::<0>(x, w.as_ptr() as *const u8)
+}
+
+/// `x · w` for a row `w` of `x.len()` f32/f16/bf16 values (`T` as in [`load1`]), in the reduction
+/// order of the SIMD tiers: eight lanes over `k` in steps of 8, [`hsum8`], then the tail.
+pub(crate) fn scalar_dot_of<const T: u8>(x: &[f32], w: *const u8) -> f32 {
     let k8 = x.len() / 8 * 8;
     let mut acc = [0f32; 8];
-    for (xc, wc) in x[..k8].chunks_exact(8).zip(w[..k8].chunks_exact(8)) {
-        for l in 0..8 {
-            acc[l] = xc[l].mul_add(wc[l], acc[l]);
+    for i in (0..k8).step_by(8) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = x[i + l].mul_add(load1::<T>(w, i + l), *a);
         }
     }
     let mut s = hsum8(&acc);
-    for i in k8..x.len() {
-        s += x[i] * w[i];
+    for (i, xi) in x.iter().enumerate().skip(k8) {
+        s += xi * load1::<T>(w, i);
     }
     s
 }
@@ -258,8 +265,10 @@ pub(crate) mod x86 {
         }
     }
 
+    /// `out[r] = x · row r` for `out.len() ≤ 4` rows of `x.len()` elements of type `T`, `rb`
+    /// bytes apart from `w`, in the reduction order of [`super::scalar_dot_of`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dense<const T: u8>(x: &[f32], w: *const u8, rb: usize, out: &mut [f32]) {
+    pub(crate) unsafe fn dense<const T: u8>(x: &[f32], w: *const u8, rb: usize, out: &mut [f32]) {
         let k = x.len();
         let k8 = k / 8 * 8;
         let r = out.len();
@@ -329,6 +338,8 @@ pub(crate) mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(not(target_arch = "x86_64"))]
+    use crate::ggml::GgmlType;
     use crate::testing::{quantize_random, rand_vec};
 
     /// Reference: f64 accumulation of the scalar-dequantized weights.

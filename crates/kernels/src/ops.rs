@@ -96,13 +96,18 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 
 fn silu_mul_on(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+    let done = if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
         // SAFETY: the tier guarantees AVX2 and FMA.
-        done = unsafe { x86::silu_mul(gate, up) };
-    }
-    let _ = tier;
+        unsafe { x86::silu_mul(gate, up) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = {
+        let _ = tier;
+        0
+    };
     for (g, u) in gate[done..].iter_mut().zip(&up[done..]) {
         *g = *g / (1.0 + exp(-*g)) * u;
     }
@@ -126,13 +131,18 @@ pub fn softmax(x: &mut [f32]) {
 /// then one sequential sum).
 pub(crate) fn softmax_on(tier: crate::isa::Tier, x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+    let done = if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
         // SAFETY: the tier guarantees AVX2 and FMA.
-        done = unsafe { x86::exp_shifted(x, max) };
-    }
-    let _ = tier;
+        unsafe { x86::exp_shifted(x, max) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = {
+        let _ = tier;
+        0
+    };
     x[done..].iter_mut().for_each(|v| *v = exp(*v - max));
     let sum: f32 = x.iter().fold(0.0, |s, v| s + v);
     let inv = 1.0 / sum;
