@@ -93,6 +93,7 @@ fn unknown_flags_are_a_clear_error() {
         "--max-num-batched-tokens",
         "--enable-prefix-caching",
         "--kv-cache-memory",
+        "--kv-cache-dtype",
         "--chat-template",
         "--generation-config",
         "--dtype",
@@ -118,4 +119,16 @@ fn a_model_that_cannot_load_is_an_error_exit() {
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nonexistent"), "{err}");
+}
+
+#[test]
+fn kv_cache_dtype_is_applied_and_bad_values_are_a_clear_error() {
+    let s = Server::start(&["--kv-cache-dtype", "float16"]);
+    assert!(s.log().contains("MiB of float16)"), "{}", s.log());
+    let (st, body) = s.post("/v1/completions", &json!({"prompt": "The capital of France is", "max_tokens": 4}));
+    assert_eq!(st, 200, "{body}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs")).args(["serve", "--kv-cache-dtype", "fp8"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fp8") && err.contains("float16") && err.contains("bfloat16"), "{err}");
 }
