@@ -8,6 +8,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use crate::ggml::GgmlType;
+use crate::matmul::x86::prefetch_lines;
 use crate::matmul::x86_hsum;
 use crate::qmatmul::octet;
 use crate::quant_act::ActRow;
@@ -27,6 +28,10 @@ pub fn supported(ty: GgmlType) -> bool {
     )
 }
 
+/// How far ahead of the row being read its successors are prefetched (tuned on SmolLM2 and Qwen2.5
+/// decode: 1–8 KiB are within noise of each other; none is 10–20 % slower).
+const PREFETCH_AHEAD: usize = 2048;
+
 /// `out[r] = dot(x, W row r)` for `out.len()` consecutive weight rows starting at `rows`
 /// (raw block bytes, `row_bytes` apart).
 ///
@@ -34,9 +39,17 @@ pub fn supported(ty: GgmlType) -> bool {
 /// The tier must support AVX2/FMA/F16C; `rows` must hold `out.len()` rows of `x.q.len()` elements.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRow, out: &mut [f32]) {
+    // Software prefetch PREFETCH_AHEAD bytes ahead within the task's rows (it lifted batch-1
+    // decode by 10–20 %: rows are short streams and tasks interleave between threads).
+    let total = out.len() * row_bytes;
+    prefetch_lines(rows, total.min(PREFETCH_AHEAD));
     for (r, o) in out.iter_mut().enumerate() {
         // SAFETY: row r exists (caller); each kernel reads exactly one row.
         let w = unsafe { rows.add(r * row_bytes) };
+        let (lo, hi) = (r * row_bytes + PREFETCH_AHEAD, ((r + 1) * row_bytes + PREFETCH_AHEAD).min(total));
+        if lo < hi {
+            prefetch_lines(rows.wrapping_add(lo), hi - lo);
+        }
         *o = unsafe {
             match ty {
                 GgmlType::Q4_0 => dot32::<0>(w, x),

@@ -1,0 +1,41 @@
+//! Developer tool: batch-1 matmul (decode) speed per weight format, as bytes of weights read per
+//! second, over enough matrices that they do not fit in the caches (as in a model's decode step).
+//! Compare with `membw` (the DRAM roof).
+//!
+//! `cargo run --release -p vllm-rs-kernels --example gemv -- TYPE [THREADS] [ROWS] [COLS] [M]`
+//! TYPE is a GGUF type id (0 f32, 1 f16, 30 bf16, 3 Q4_1, 6 Q5_0, 8 Q8_0, 12 Q4_K, …);
+//! defaults: 2 threads, 1536 × 576 matrices (SmolLM2's MLP), M = 1 activation row.
+use std::time::Instant;
+use vllm_rs_kernels::{GgmlType, matmul, pool, testing};
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
+    let ty = GgmlType::from_id(*args.first().expect("TYPE (a GGUF type id)") as u32).expect("a known type");
+    let threads = args.get(1).copied().unwrap_or(2);
+    let (rows, cols) = (args.get(2).copied().unwrap_or(1536), args.get(3).copied().unwrap_or(576));
+    let m = args.get(4).copied().unwrap_or(1);
+    pool::init_global(threads);
+    let one = ty.bytes_for(rows * cols).expect("whole blocks");
+    let count = (256 << 20) / one + 1; // 256 MiB of weights or more
+    let ws: Vec<_> = (0..count).map(|s| testing::quantize_random(ty, rows, cols, s as u64)).collect();
+    let x = testing::rand_vec(m * cols, 7);
+    let mut out = vec![0f32; m * rows];
+    let mut times: Vec<f64> = (0..11)
+        .map(|_| {
+            let t0 = Instant::now();
+            for w in &ws {
+                matmul::matmul(&x, m, w, &mut out);
+            }
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let best = times[times.len() / 2]; // the median pass
+    let bytes = (one * count) as f64;
+    println!(
+        "{} {rows}x{cols} m={m}, {threads} threads: {:.1} GB/s of weights, {:.1} us per matrix (median of 11 passes)",
+        ty.name(),
+        bytes / best / 1e9,
+        best / count as f64 * 1e6
+    );
+}
