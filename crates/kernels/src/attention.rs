@@ -326,7 +326,7 @@ mod x86 {
     pub(super) unsafe fn dots<const T: u8>(q: &[f32], k: *const u8, stride: usize, scale: f32, out: &mut [f32]) {
         for (c, rows) in out.chunks_mut(4).enumerate() {
             // SAFETY: the rows exist (caller); at most four per call, as `dense` requires.
-            unsafe { dense::<T>(q, k.add(4 * c * stride), stride, rows, std::ptr::null()) };
+            unsafe { dense::<T, 1>([q], k.add(4 * c * stride), stride, [rows], std::ptr::null()) };
             rows.iter_mut().for_each(|o| *o *= scale);
         }
     }

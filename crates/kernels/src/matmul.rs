@@ -5,11 +5,10 @@
 //! elements `k ≡ l (mod 8)`), then a fixed horizontal sum, then the scalar tail. Tiles only
 //! decide how many of these independent reductions run side by side.
 //!
-//! Work is split over weight rows (`n`); each task dequantizes its rows to f32 once and reuses
-//! them for all `m` activation rows.
+//! Dense weights (f32/f16/bf16) are converted to f32 in registers as they are read; work is split
+//! over weight rows (`n`), and each task reads its rows from memory once for all `m` activation
+//! rows. Quantized weights take int16 activations ([`crate::qmatmul`]).
 
-use crate::ggml;
-#[cfg(target_arch = "x86_64")]
 use crate::ggml::GgmlType;
 use crate::isa::{self, Tier};
 use crate::pool;
@@ -32,10 +31,6 @@ impl SyncPtr {
 }
 
 thread_local! {
-    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-thread_local! {
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
 }
 
@@ -54,9 +49,10 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     }
 }
 
-/// f32 matmul for any weight format (quantized ones dequantized to f32 first).
+/// f32 matmul for dense weights (f32/f16/bf16), converted to f32 as they are read.
 pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     let (n, k) = (w.rows, w.cols);
+    assert!(!w.ty.is_quantized(), "matmul_dense: {} weights take the int16 path", w.ty.name());
     assert_eq!(x.len(), m * k, "matmul: x is not {m} x {k}");
     assert_eq!(out.len(), m * n, "matmul: out is not {m} x {n}");
     let threads = pool::global().n_threads();
@@ -64,89 +60,30 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
     let per = (n.div_ceil(threads * 4)).next_multiple_of(4).clamp(4, 64);
     let n_tasks = n.div_ceil(per);
     let out_ptr = SyncPtr(out.as_mut_ptr());
-    let fused = m <= FUSED_MAX_M && matches!(tier, Tier::Avx2 | Tier::Avx512) && !w.ty.is_quantized();
-    #[cfg(target_arch = "x86_64")]
-    let rb = w.row_bytes();
     pool::global().run(n_tasks, &|t| {
         let j0 = t * per;
         let j1 = (j0 + per).min(n);
-        if fused {
+        match tier {
             #[cfg(target_arch = "x86_64")]
-            for i in 0..m {
-                let mut j = j0;
-                while j < j1 {
-                    let r = (j1 - j).min(4);
-                    let rows = w.bytes()[j * rb..].as_ptr();
-                    // Prefetch the task's next rows (on the first activation row; later ones find them cached).
-                    let next = if i == 0 && j + r < j1 { rows.wrapping_add(r * rb) } else { std::ptr::null() };
-                    // SAFETY: disjoint output columns per task; rows j..j+r exist; tier checked.
-                    unsafe {
-                        let o = std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j), r);
-                        x86::dense_dot_rows(w.ty, &x[i * k..(i + 1) * k], rows, rb, o, next);
+            // SAFETY: this task alone writes columns j0..j1 of every output row; the tier is checked.
+            Tier::Avx2 | Tier::Avx512 => unsafe { x86::dense_task(w, x, m, j0, j1, out_ptr) },
+            _ => {
+                let rb = w.row_bytes();
+                for i in 0..m {
+                    for j in j0..j1 {
+                        let (xi, row) = (&x[i * k..(i + 1) * k], w.bytes()[j * rb..].as_ptr());
+                        let v = match w.ty {
+                            GgmlType::F32 => scalar_dot_of::<0>(xi, row),
+                            GgmlType::F16 => scalar_dot_of::<1>(xi, row),
+                            _ => scalar_dot_of::<2>(xi, row),
+                        };
+                        // SAFETY: as above.
+                        unsafe { *out_ptr.get().add(i * n + j) = v };
                     }
-                    j += r;
                 }
             }
-            return;
         }
-        PANEL.with(|p| {
-            let mut panel = p.borrow_mut();
-            let need = (j1 - j0) * k;
-            if panel.len() < need {
-                panel.resize(need, 0.0);
-            }
-            let panel = &mut panel[..need];
-            dequantize_rows(tier, w, j0, j1, panel);
-            let mut i = 0;
-            while i < m {
-                let rows = (m - i).min(2);
-                // SAFETY: this task alone writes columns j0..j1 of every output row.
-                let orows: Vec<&mut [f32]> = (i..i + rows)
-                    .map(|ii| unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(ii * n + j0), j1 - j0) })
-                    .collect();
-                dot_rows(tier, &x[i * k..(i + rows) * k], rows, panel, k, orows);
-                i += rows;
-            }
-        });
     });
-}
-
-/// Up to this many activation rows, dense weights are converted in registers (decode); more
-/// rows share a converted f32 panel (prefill). Both reduce in the same order.
-const FUSED_MAX_M: usize = 4;
-
-/// Dequantizes rows `j0..j1` of `w` into `panel` (row-major f32).
-fn dequantize_rows(tier: Tier, w: &Weight, j0: usize, j1: usize, panel: &mut [f32]) {
-    let rb = w.row_bytes();
-    let src = &w.bytes()[j0 * rb..j1 * rb];
-    match (tier, w.ty) {
-        #[cfg(target_arch = "x86_64")]
-        (Tier::Avx2 | Tier::Avx512, GgmlType::F16) => unsafe { x86::f16_to_f32(src, panel) },
-        #[cfg(target_arch = "x86_64")]
-        (Tier::Avx2 | Tier::Avx512, GgmlType::BF16) => unsafe { x86::bf16_to_f32(src, panel) },
-        _ => ggml::dequantize(w.ty, src, panel),
-    }
-}
-
-/// `outs[i][j] = dot(x row i, panel row j)` for `rows` (1 or 2) activation rows.
-fn dot_rows(tier: Tier, x: &[f32], rows: usize, panel: &[f32], k: usize, mut outs: Vec<&mut [f32]>) {
-    match tier {
-        #[cfg(target_arch = "x86_64")]
-        Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(x, rows, panel, k, outs) },
-        _ => {
-            for (i, out) in outs.iter_mut().enumerate() {
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = scalar_dot(&x[i * k..(i + 1) * k], &panel[j * k..(j + 1) * k]);
-                }
-            }
-            let _ = rows;
-        }
-    }
-}
-
-pub(crate) fn scalar_dot(x: &[f32], w: &[f32]) -> f32 {
-    assert!(w.len() >= x.len());
-    scalar_dot_of::<0>(x, w.as_ptr() as *const u8)
 }
 
 /// `x · w` for a row `w` of `x.len()` f32/f16/bf16 values (`T` as in [`load1`]), in the reduction
@@ -191,9 +128,10 @@ pub(crate) use x86::hsum as x86_hsum;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::GgmlType;
+    use crate::weight::Weight;
     use std::arch::x86_64::*;
 
-    /// Horizontal sum in the same association as `scalar_dot`.
+    /// Horizontal sum in the same association as [`super::hsum8`].
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) fn hsum(v: __m256) -> f32 {
@@ -217,60 +155,60 @@ pub(crate) mod x86 {
         }
     }
 
-    /// Panel rows against one or two activation rows: a 2×4 tile of 8-lane accumulators,
-    /// each (row, column) reduced exactly as in the 1×1 case.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_rows(x: &[f32], rows: usize, panel: &[f32], k: usize, mut outs: Vec<&mut [f32]>) {
-        let k8 = k / 8 * 8;
-        let n = outs[0].len();
-        assert!(panel.len() >= n * k && x.len() >= rows * k && outs.len() == rows);
-        let x0 = x.as_ptr();
-        let x1 = if rows == 2 { unsafe { x0.add(k) } } else { x0 };
-        let mut j = 0;
-        while j < n {
-            let r = (n - j).min(4);
-            let w0 = unsafe { panel.as_ptr().add(j * k) };
-            let mut a = [[_mm256_setzero_ps(); 4]; 2];
-            let mut i = 0;
-            while i < k8 {
-                // SAFETY: i + 8 ≤ k8 ≤ k; rows j..j+r of the panel exist.
-                unsafe {
-                    let xv0 = _mm256_loadu_ps(x0.add(i));
-                    let xv1 = _mm256_loadu_ps(x1.add(i));
-                    let [a0, a1] = &mut a;
-                    for (rr, (c0, c1)) in a0.iter_mut().zip(a1.iter_mut()).enumerate().take(r) {
-                        let wv = _mm256_loadu_ps(w0.add(rr * k + i));
-                        *c0 = _mm256_fmadd_ps(xv0, wv, *c0);
-                        *c1 = _mm256_fmadd_ps(xv1, wv, *c1);
+    /// Output columns `j0..j1` (weight rows) of all `m` activation rows. Activation rows go in
+    /// chunks that stay in L2 and, within a chunk, in pairs against each group of four weight
+    /// rows (which stays in L1): every weight is read from memory once, converted once per pair.
+    ///
+    /// # Safety
+    /// No other thread writes columns `j0..j1` of `out`; the CPU has AVX2/FMA/F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dense_task(w: &Weight, x: &[f32], m: usize, j0: usize, j1: usize, out: super::SyncPtr) {
+        const CHUNK: usize = 32;
+        let (n, k, rb) = (w.rows, w.cols, w.row_bytes());
+        let xr = |i: usize| &x[i * k..(i + 1) * k];
+        // SAFETY: the caller's columns j0..j1 of row i; callers never hold two views of one row.
+        let o = |i: usize, j: usize, r: usize| unsafe { std::slice::from_raw_parts_mut(out.get().add(i * n + j), r) };
+        for c0 in (0..m).step_by(CHUNK) {
+            let c1 = (c0 + CHUNK).min(m);
+            let mut j = j0;
+            while j < j1 {
+                let r = (j1 - j).min(4);
+                let rows = w.bytes()[j * rb..].as_ptr();
+                // The first call streams in the task's next rows; later ones find these cached.
+                let mut next = if c0 == 0 && j + r < j1 { rows.wrapping_add(r * rb) } else { std::ptr::null() };
+                let mut i = c0;
+                while i < c1 {
+                    // SAFETY: rows j..j+r exist; the tier was checked by the caller.
+                    unsafe {
+                        if i + 2 <= c1 {
+                            dense_dot_rows(w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i, j, r), o(i + 1, j, r)], next);
+                        } else {
+                            dense_dot_rows(w.ty, [xr(i)], rows, rb, [o(i, j, r)], next);
+                        }
                     }
+                    next = std::ptr::null();
+                    i += 2;
                 }
-                i += 8;
+                j += r;
             }
-            for (ii, out) in outs.iter_mut().enumerate() {
-                for rr in 0..r {
-                    let w = &panel[(j + rr) * k..(j + rr + 1) * k];
-                    out[j + rr] = tail(hsum(a[ii][rr]), &x[ii * k..(ii + 1) * k], w, k8);
-                }
-            }
-            j += r;
         }
     }
 
-    /// One activation row against up to four weight rows stored as f32/f16/bf16, converted in
+    /// `N` activation rows against up to four weight rows stored as f32/f16/bf16, converted in
     /// registers; the same reduction as the panel path.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dense_dot_rows(
+    unsafe fn dense_dot_rows<const N: usize>(
         ty: GgmlType,
-        x: &[f32],
+        x: [&[f32]; N],
         w: *const u8,
         rb: usize,
-        out: &mut [f32],
+        out: [&mut [f32]; N],
         next: *const u8,
     ) {
         match ty {
-            GgmlType::F32 => unsafe { dense::<0>(x, w, rb, out, next) },
-            GgmlType::F16 => unsafe { dense::<1>(x, w, rb, out, next) },
-            GgmlType::BF16 => unsafe { dense::<2>(x, w, rb, out, next) },
+            GgmlType::F32 => unsafe { dense::<0, N>(x, w, rb, out, next) },
+            GgmlType::F16 => unsafe { dense::<1, N>(x, w, rb, out, next) },
+            GgmlType::BF16 => unsafe { dense::<2, N>(x, w, rb, out, next) },
             _ => unreachable!("quantized weights take the int16 path"),
         }
     }
@@ -289,78 +227,72 @@ pub(crate) mod x86 {
         }
     }
 
-    /// `out[r] = x · row r` for `out.len() ≤ 4` rows of `x.len()` elements of type `T`, `rb`
-    /// bytes apart from `w`, in the reduction order of [`super::scalar_dot_of`]. Unless null,
-    /// `next` is where the caller's next `out.len()` contiguous rows start: they are prefetched
+    /// `out[a][r] = x[a] · row r` for `N` (1 or 2) activation rows and up to four rows of
+    /// `x[a].len()` elements of type `T`, `rb` bytes apart from `w`, in the reduction order of
+    /// [`super::scalar_dot_of`]; each weight vector is converted once for all `N` rows. Unless
+    /// null, `next` is where the caller's next four contiguous rows start: they are prefetched
     /// meanwhile (the hardware prefetcher alone left batch-1 bf16 decode at half of DRAM speed).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn dense<const T: u8>(x: &[f32], w: *const u8, rb: usize, out: &mut [f32], next: *const u8) {
-        let k = x.len();
-        let k8 = k / 8 * 8;
-        let r = out.len();
-        let mut a = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i < k8 {
-            // SAFETY: the caller vouched for r rows of k elements.
-            unsafe {
-                if !next.is_null() {
-                    // The next rows stream in at the rate these are consumed: 8·r elements a step.
-                    prefetch_lines(next.wrapping_add(i * r * size_of_elem::<T>()), 8 * r * size_of_elem::<T>());
-                }
-                let xv = _mm256_loadu_ps(x.as_ptr().add(i));
-                for (rr, acc) in a.iter_mut().enumerate().take(r) {
-                    *acc = _mm256_fmadd_ps(xv, load8::<T>(w.add(rr * rb), i), *acc);
-                }
+    pub(crate) unsafe fn dense<const T: u8, const N: usize>(
+        x: [&[f32]; N],
+        w: *const u8,
+        rb: usize,
+        out: [&mut [f32]; N],
+        next: *const u8,
+    ) {
+        let r = out[0].len();
+        assert!((0..N).all(|a| x[a].len() == x[0].len() && out[a].len() == r));
+        // SAFETY: as vouched by the caller. A constant row count keeps the accumulators in registers.
+        unsafe {
+            match r {
+                4 => dense_r::<T, N, 4>(x, w, rb, out, next),
+                3 => dense_r::<T, N, 3>(x, w, rb, out, next),
+                2 => dense_r::<T, N, 2>(x, w, rb, out, next),
+                1 => dense_r::<T, N, 1>(x, w, rb, out, next),
+                _ => panic!("dense: {r} rows (at most four)"),
             }
-            i += 8;
-        }
-        for (rr, o) in out.iter_mut().enumerate() {
-            let mut s = hsum(a[rr]);
-            for (t, &xt) in x.iter().enumerate().skip(k8) {
-                s += xt * super::load1::<T>(unsafe { w.add(rr * rb) }, t);
-            }
-            *o = s;
         }
     }
 
     #[inline]
-    fn tail(mut s: f32, x: &[f32], w: &[f32], k8: usize) -> f32 {
-        for i in k8..x.len() {
-            s += x[i] * w[i];
-        }
-        s
-    }
-
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn f16_to_f32(src: &[u8], out: &mut [f32]) {
-        let n = out.len();
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dense_r<const T: u8, const N: usize, const R: usize>(
+        x: [&[f32]; N],
+        w: *const u8,
+        rb: usize,
+        out: [&mut [f32]; N],
+        next: *const u8,
+    ) {
+        let k = x[0].len();
+        let k8 = k / 8 * 8;
+        let esize = size_of_elem::<T>();
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
         let mut i = 0;
-        while i + 8 <= n {
+        while i < k8 {
+            // SAFETY: the caller vouched for R rows of k elements.
             unsafe {
-                let h = _mm_loadu_si128(src.as_ptr().add(2 * i) as *const __m128i);
-                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+                if !next.is_null() {
+                    // The next rows stream in at the rate these are consumed: 8·R elements a step.
+                    prefetch_lines(next.wrapping_add(i * R * esize), 8 * R * esize);
+                }
+                let xv: [__m256; N] = std::array::from_fn(|a| _mm256_loadu_ps(x[a].as_ptr().add(i)));
+                for (rr, acc_r) in acc.iter_mut().enumerate() {
+                    let wv = load8::<T>(w.add(rr * rb), i);
+                    for (c, xa) in acc_r.iter_mut().zip(xv) {
+                        *c = _mm256_fmadd_ps(xa, wv, *c);
+                    }
+                }
             }
             i += 8;
         }
-        for j in i..n {
-            out[j] = half::f16::from_bits(u16::from_le_bytes([src[2 * j], src[2 * j + 1]])).to_f32();
-        }
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn bf16_to_f32(src: &[u8], out: &mut [f32]) {
-        let n = out.len();
-        let mut i = 0;
-        while i + 8 <= n {
-            unsafe {
-                let h = _mm_loadu_si128(src.as_ptr().add(2 * i) as *const __m128i);
-                let w = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h));
-                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_castsi256_ps(w));
+        for (a, out) in out.into_iter().enumerate() {
+            for (rr, o) in out.iter_mut().enumerate() {
+                let mut s = hsum(acc[rr][a]);
+                for (t, &xt) in x[a].iter().enumerate().skip(k8) {
+                    s += xt * super::load1::<T>(unsafe { w.add(rr * rb) }, t);
+                }
+                *o = s;
             }
-            i += 8;
-        }
-        for j in i..n {
-            out[j] = f32::from_bits((u16::from_le_bytes([src[2 * j], src[2 * j + 1]]) as u32) << 16);
         }
     }
 }
@@ -386,18 +318,19 @@ mod tests {
     }
 
     #[test]
-    fn matches_reference_for_every_format() {
+    fn matches_reference_for_every_dense_format() {
         for tier in Tier::available() {
-            for ty in GgmlType::ALL {
-                let (n, k, m) = (37, if ty.block_size() == 256 { 512 } else { 96 }, 5);
-                let w = quantize_random(ty, n, k, 7);
-                let x = rand_vec(m * k, 11);
-                let mut out = vec![0f32; m * n];
-                matmul_dense(tier, &x, m, &w, &mut out);
-                let want = reference(&x, m, &w);
-                for (o, r) in out.iter().zip(&want) {
-                    let tol = 1e-4 * (1.0 + r.abs());
-                    assert!((*o as f64 - r).abs() <= tol, "{tier:?} {}: {o} vs {r}", ty.name());
+            for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+                for (n, k, m) in [(37, 96, 5), (9, 300, 70)] {
+                    let w = quantize_random(ty, n, k, 7);
+                    let x = rand_vec(m * k, 11);
+                    let mut out = vec![0f32; m * n];
+                    matmul_dense(tier, &x, m, &w, &mut out);
+                    let want = reference(&x, m, &w);
+                    for (o, r) in out.iter().zip(&want) {
+                        let tol = 1e-4 * (1.0 + r.abs());
+                        assert!((*o as f64 - r).abs() <= tol, "{tier:?} {}: {o} vs {r}", ty.name());
+                    }
                 }
             }
         }
@@ -405,21 +338,28 @@ mod tests {
 
     #[test]
     fn row_results_do_not_depend_on_batch_size_and_tiers_agree() {
-        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4K] {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
             // k = 260 has a tail after the last full 8-lane step.
-            let k = if ty.is_quantized() { 256 } else { 260 };
+            let k = 260;
             let w = quantize_random(ty, 70, k, 3);
-            let x = rand_vec(9 * k, 5);
-            let mut reference_out = vec![0f32; 9 * 70];
-            matmul_dense(Tier::Scalar, &x, 9, &w, &mut reference_out);
+            // 70 activation rows: two full chunks of 32 and a part, an even and an odd count.
+            let x = rand_vec(70 * k, 5);
+            let mut reference_out = vec![0f32; 70 * 70];
+            matmul_dense(Tier::Scalar, &x, 70, &w, &mut reference_out);
             for tier in Tier::available() {
-                let mut all = vec![0f32; 9 * 70];
-                matmul_dense(tier, &x, 9, &w, &mut all);
+                let mut all = vec![0f32; 70 * 70];
+                matmul_dense(tier, &x, 70, &w, &mut all);
                 assert_eq!(all, reference_out, "{tier:?} {} differs from scalar", ty.name());
-                for i in 0..9 {
+                for i in 0..70 {
                     let mut one = vec![0f32; 70];
                     matmul_dense(tier, &x[i * k..(i + 1) * k], 1, &w, &mut one);
                     assert_eq!(one, all[i * 70..(i + 1) * 70], "{tier:?} {} row {i}", ty.name());
+                }
+                // Rows go in pairs (and a single last row).
+                for m in 2..=4 {
+                    let mut few = vec![0f32; m * 70];
+                    matmul_dense(tier, &x[3 * k..(3 + m) * k], m, &w, &mut few);
+                    assert_eq!(few, all[3 * 70..(3 + m) * 70], "{tier:?} {} {m} rows", ty.name());
                 }
             }
         }
