@@ -159,7 +159,8 @@ def version(server: str) -> str:
             return subprocess.run([str(VLLM_VENV / "bin/python"), "-c", code], capture_output=True,
                                   text=True).stdout.strip()
         r = subprocess.run([str(LLAMA_SERVER), "--version"], capture_output=True, text=True)
-        return "llama.cpp " + " ".join((r.stdout + r.stderr).split("version:")[-1].split()[:2])
+        # The whole line: llama-server prints e.g. "version: 0.6.0-dev (build 0, commit unknown)".
+        return "llama.cpp " + (r.stdout + r.stderr).split("version:")[-1].strip().splitlines()[0]
     except OSError as e:
         return f"unknown ({e})"
 
