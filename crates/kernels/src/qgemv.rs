@@ -65,6 +65,42 @@ pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRo
     }
 }
 
+/// Formats with a two-row fused kernel ([`dot_rows_pair`]): the 32-element-block ones.
+pub fn supported_pair(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+}
+
+/// [`dot_rows`] for two activation rows: every block is expanded once for both, and each row's
+/// result has the same bits as from [`dot_rows`].
+///
+/// # Safety
+/// As for [`dot_rows`], and `ty` must be [`supported_pair`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_rows_pair(ty: GgmlType, rows: *const u8, row_bytes: usize, x: [ActRow; 2], out: [&mut [f32]; 2]) {
+    let total = out[0].len() * row_bytes;
+    assert!(out[1].len() == out[0].len() && x[1].q.len() == x[0].q.len());
+    prefetch_lines(rows, total.min(PREFETCH_AHEAD));
+    let [o0, o1] = out;
+    for (r, (a, b)) in o0.iter_mut().zip(o1.iter_mut()).enumerate() {
+        // SAFETY: row r exists (caller); each kernel reads exactly one row.
+        let w = unsafe { rows.add(r * row_bytes) };
+        let (lo, hi) = (r * row_bytes + PREFETCH_AHEAD, ((r + 1) * row_bytes + PREFETCH_AHEAD).min(total));
+        if lo < hi {
+            prefetch_lines(rows.wrapping_add(lo), hi - lo);
+        }
+        [*a, *b] = unsafe {
+            match ty {
+                GgmlType::Q4_0 => dot32_pair::<0>(w, x),
+                GgmlType::Q4_1 => dot32_pair::<1>(w, x),
+                GgmlType::Q5_0 => dot32_pair::<2>(w, x),
+                GgmlType::Q5_1 => dot32_pair::<3>(w, x),
+                GgmlType::Q8_0 => dot32_pair::<4>(w, x),
+                _ => unreachable!("checked by supported_pair()"),
+            }
+        };
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx2")]
 fn widen(v: __m256i, bias: i16) -> (__m256i, __m256i) {
@@ -195,6 +231,76 @@ unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usiz
                 octet::load_partial(x.dsum32.as_ptr().add(b0), N)
             };
             acc[1] = _mm256_fmadd_ps(m, ds, acc[1]);
+        }
+    }
+}
+
+/// [`dot32`] for two activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot32_pair<const F: u8>(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
+    let blocks = x[0].q.len() / 32;
+    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let mut b0 = 0;
+    // SAFETY: every octet stays within the row and the activation rows.
+    unsafe {
+        while b0 + 8 <= blocks {
+            octet32_pair::<F, 8>(w, &x, b0, &mut acc);
+            b0 += 8;
+        }
+        crate::with_tail!(blocks - b0, octet32_pair, [F], (w, &x, b0, &mut acc));
+    }
+    acc.map(|a| x86_hsum(a[0]) + x86_hsum(a[1]))
+}
+
+/// [`octet32`] for two activation rows: each block is expanded once, and the integer lanes of
+/// both rows are reduced pairwise as they are made (two rows' eight lanes would not fit in the
+/// registers), by the same exact integer sums as [`octet::reduce8`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn octet32_pair<const F: u8, const N: usize>(
+    w: *const u8,
+    x: &[ActRow; 2],
+    b0: usize,
+    acc: &mut [[__m256; 2]; 2],
+) {
+    let ts: usize = [18, 20, 22, 24, 34][F as usize];
+    // SAFETY (all loads): the caller guarantees blocks b0..b0+N of the row and both activation rows.
+    let (w, xq) = unsafe { (w.add(b0 * ts), [x[0].q.as_ptr().add(b0 * 32), x[1].q.as_ptr().add(b0 * 32)]) };
+    let lanes = |i: usize| -> [__m256i; 2] {
+        if i >= N {
+            return [_mm256_setzero_si256(); 2];
+        }
+        unsafe {
+            let blk = w.add(i * ts);
+            let (w0, w1) = match F {
+                0 => nibbles_i16(blk.add(2), 8),
+                1 => nibbles_i16(blk.add(4), 0),
+                2 => q5_i16::<16>(blk.add(2), blk.add(6)),
+                3 => q5_i16::<0>(blk.add(4), blk.add(8)),
+                _ => bytes_i16(blk.add(2)),
+            };
+            [lanes32(w0, w1, xq[0].add(i * 32)), lanes32(w0, w1, xq[1].add(i * 32))]
+        }
+    };
+    let hadd2 = |a: [__m256i; 2], b: [__m256i; 2]| [_mm256_hadd_epi32(a[0], b[0]), _mm256_hadd_epi32(a[1], b[1])];
+    let u0 = {
+        let t0 = hadd2(lanes(0), lanes(1));
+        hadd2(t0, hadd2(lanes(2), lanes(3)))
+    };
+    let u1 = {
+        let t2 = hadd2(lanes(4), lanes(5));
+        hadd2(t2, hadd2(lanes(6), lanes(7)))
+    };
+    // SAFETY: as above; lanes from N on are zero.
+    unsafe {
+        let (vs, m) = block_scales::<N>(w, ts);
+        let load = |p: *const f32| if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) };
+        for r in 0..2 {
+            let dx = load(x[r].d.as_ptr().add(b0));
+            acc[r][0] = octet::finish(acc[r][0], octet::combine_halves(u0[r], u1[r]), vs, dx);
+            if F == 1 || F == 3 {
+                acc[r][1] = _mm256_fmadd_ps(m, load(x[r].dsum32.as_ptr().add(b0)), acc[r][1]);
+            }
         }
     }
 }

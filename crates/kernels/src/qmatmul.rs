@@ -25,12 +25,20 @@ thread_local! {
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
 }
 
-/// Up to this many activation rows, supported formats skip the panel and expand weights in
-/// registers (decode); more rows amortize a panel better (prefill, batched decode). Results are
-/// identical. By instruction counts (SmolLM2 Q4_1, callgrind) a fused row costs ~62 M per token
-/// and a panel ~90 M per step to unpack plus ~28 M per row (rows taken in pairs), so the panel
-/// wins from 3 rows on.
-const FUSED_MAX_M: usize = 2;
+/// Up to how many activation rows a format's fused kernels (weights expanded in registers, no
+/// panel) beat the panel, which amortizes better over many rows (prefill, batched decode).
+/// Results are identical either way. Measured with `examples/gemv` (1536 × 576, one thread): the
+/// 32-element-block formats expand each block once for a pair of rows, which makes 4 rows
+/// cheaper fused for the 4- and 8-bit formats (Q4_1 263 → 206 µs, Q8_0 314 → 206 µs) but not
+/// for Q5_0 (328 → 335 µs: its fifth bits make the expansion dear); K-quants expand per row.
+#[cfg(target_arch = "x86_64")]
+fn fused_max_m(ty: crate::ggml::GgmlType) -> usize {
+    use crate::ggml::GgmlType::*;
+    match ty {
+        Q4_0 | Q4_1 | Q8_0 => 4,
+        _ => 2,
+    }
+}
 
 /// `out[i·n + j] = Σ_k x[i,k] · W[j,k]` with `x` already quantized.
 pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
@@ -43,7 +51,7 @@ pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
     let n_tasks = n.div_ceil(per);
     let rb = w.row_bytes();
     let out_ptr = SyncPtr(out.as_mut_ptr());
-    let fused = m <= FUSED_MAX_M && fused_available(tier, w.ty);
+    let fused = fused_available(tier, w.ty, m);
     pool::global().run(n_tasks, &|t| {
         let j0 = t * per;
         let j1 = (j0 + per).min(n);
@@ -51,9 +59,18 @@ pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
         let out_row = |i: usize| unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i * n + j0), j1 - j0) };
         if fused {
             #[cfg(target_arch = "x86_64")]
-            for i in 0..m {
-                // SAFETY: rows j0..j1 exist; the tier supports the kernel.
-                unsafe { crate::qgemv::dot_rows(w.ty, w.bytes().as_ptr().add(j0 * rb), rb, x.row(i), out_row(i)) };
+            {
+                let rows = w.bytes()[j0 * rb..].as_ptr();
+                let mut i = 0;
+                // SAFETY: rows j0..j1 exist; the tier supports the kernels.
+                while i + 2 <= m && crate::qgemv::supported_pair(w.ty) {
+                    let (x2, o2) = ([x.row(i), x.row(i + 1)], [out_row(i), out_row(i + 1)]);
+                    unsafe { crate::qgemv::dot_rows_pair(w.ty, rows, rb, x2, o2) };
+                    i += 2;
+                }
+                for i in i..m {
+                    unsafe { crate::qgemv::dot_rows(w.ty, rows, rb, x.row(i), out_row(i)) };
+                }
             }
             return;
         }
@@ -73,12 +90,12 @@ pub fn qmatmul(tier: Tier, x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
     });
 }
 
-fn fused_available(tier: Tier, ty: crate::ggml::GgmlType) -> bool {
+fn fused_available(tier: Tier, ty: crate::ggml::GgmlType, m: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     if matches!(tier, Tier::Avx2 | Tier::Avx512) {
-        return crate::qgemv::supported(ty);
+        return m <= fused_max_m(ty) && crate::qgemv::supported(ty);
     }
-    let _ = (tier, ty);
+    let _ = (tier, ty, m);
     false
 }
 
@@ -484,6 +501,13 @@ mod tests {
                 let mut o = vec![0f32; n];
                 qmatmul(tier, &one, &w, &mut o);
                 assert_eq!(o, all[i * n..(i + 1) * n], "{tier:?} {} row {i}", ty.name());
+            }
+            // 2–6 rows: fused kernels in pairs (and one last row) or the panel, by format and count.
+            for m in 2..=6 {
+                let few = QuantizedActs::quantize(&x[k..(1 + m) * k], m, k);
+                let mut o = vec![0f32; m * n];
+                qmatmul(tier, &few, &w, &mut o);
+                assert_eq!(o, all[n..(1 + m) * n], "{tier:?} {} {m} rows", ty.name());
             }
         }
     }
