@@ -65,9 +65,9 @@ pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRo
     }
 }
 
-/// Formats with a two-row fused kernel ([`dot_rows_pair`]): the 32-element-block ones.
+/// Formats with a two-row fused kernel ([`dot_rows_pair`]): the 32-element-block ones and Q4_K.
 pub fn supported_pair(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::Q4K)
 }
 
 /// [`dot_rows`] for two activation rows: every block is expanded once for both, and each row's
@@ -95,6 +95,7 @@ pub unsafe fn dot_rows_pair(ty: GgmlType, rows: *const u8, row_bytes: usize, x: 
                 GgmlType::Q5_0 => dot32_pair::<2>(w, x),
                 GgmlType::Q5_1 => dot32_pair::<3>(w, x),
                 GgmlType::Q8_0 => dot32_pair::<4>(w, x),
+                GgmlType::Q4K => dot_q4k_pair(w, x),
                 _ => unreachable!("checked by supported_pair()"),
             }
         };
@@ -358,6 +359,41 @@ unsafe fn dot_q4k(w: *const u8, x: ActRow) -> f32 {
         }
     }
     x86_hsum(acc) + x86_hsum(accm)
+}
+
+/// [`dot_q4k`] for two activation rows: each super-block is expanded once for both, and the
+/// integer lanes reduced pairwise as made (the same exact sums as [`octet::reduce8`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4k_pair(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let m4 = _mm256_set1_epi16(0x0F);
+    for b in 0..x[0].q.len() / 256 {
+        // SAFETY: super-block b of this row and of both activation rows exist.
+        unsafe {
+            let blk = w.add(b * 144);
+            let (vs, mc) = q4k_scales(blk);
+            let xq = x.map(|r| r.q.as_ptr().add(b * 256));
+            // Chunk c: groups 2c (low nibbles) and 2c + 1 (high nibbles), each row's sums added
+            // pairwise at once.
+            let chunk = |c: usize| -> [[__m256i; 2]; 2] {
+                let (v0, v1) = (zext16(blk.add(16 + 32 * c)), zext16(blk.add(32 + 32 * c)));
+                let (l0, l1) = (_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4));
+                let (h0, h1) = (_mm256_srli_epi16::<4>(v0), _mm256_srli_epi16::<4>(v1));
+                xq.map(|q| [lanes32(l0, l1, q.add(64 * c)), lanes32(h0, h1, q.add(64 * c + 32))])
+            };
+            let pair = |c: usize| chunk(c).map(|[lo, hi]| _mm256_hadd_epi32(lo, hi));
+            let (c0, c1, c2, c3) = (pair(0), pair(1), pair(2), pair(3));
+            for r in 0..2 {
+                let u0 = _mm256_hadd_epi32(c0[r], c1[r]);
+                let u1 = _mm256_hadd_epi32(c2[r], c3[r]);
+                let dx = _mm256_loadu_ps(x[r].d.as_ptr().add(8 * b));
+                acc[r][0] = octet::finish(acc[r][0], octet::combine_halves(u0, u1), vs, dx);
+                let ds = _mm256_loadu_ps(x[r].dsum32.as_ptr().add(8 * b));
+                acc[r][1] = _mm256_fmadd_ps(mc, ds, acc[r][1]);
+            }
+        }
+    }
+    acc.map(|a| x86_hsum(a[0]) + x86_hsum(a[1]))
 }
 
 /// The eight group scales `d·sc` and minimum coefficients `-(dmin·m)` of a Q4_K super-block, as

@@ -28,14 +28,15 @@ thread_local! {
 /// Up to how many activation rows a format's fused kernels (weights expanded in registers, no
 /// panel) beat the panel, which amortizes better over many rows (prefill, batched decode).
 /// Results are identical either way. Measured with `examples/gemv` (1536 × 576, one thread): the
-/// 32-element-block formats expand each block once for a pair of rows, which makes 4 rows
-/// cheaper fused for the 4- and 8-bit formats (Q4_1 263 → 206 µs, Q8_0 314 → 206 µs) but not
-/// for Q5_0 (328 → 335 µs: its fifth bits make the expansion dear); K-quants expand per row.
+/// 32-element-block formats and Q4_K expand each block once for a pair of rows, which makes 4
+/// rows cheaper fused for the 4- and 8-bit formats (Q4_1 263 → 206 µs, Q8_0 314 → 206 µs, Q4_K
+/// 1536 × 768 363 → 280 µs) but not for Q5_0 (328 → 335 µs: its fifth bits make the expansion
+/// dear). Other K-quants expand per row.
 #[cfg(target_arch = "x86_64")]
 fn fused_max_m(ty: crate::ggml::GgmlType) -> usize {
     use crate::ggml::GgmlType::*;
     match ty {
-        Q4_0 | Q4_1 | Q8_0 => 4,
+        Q4_0 | Q4_1 | Q8_0 | Q4K => 4,
         _ => 2,
     }
 }
