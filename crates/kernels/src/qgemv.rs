@@ -177,6 +177,22 @@ unsafe fn bytes_i16(qs: *const u8) -> (__m256i, __m256i) {
     }
 }
 
+/// Elements 0..16 and 16..32 of block `blk` of a 32-element-block format (`F` as in [`dot32`]) as int16.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn block_i16<const F: u8>(blk: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller's block holds these fields at these offsets.
+    unsafe {
+        match F {
+            0 => nibbles_i16(blk.add(2), 8),
+            1 => nibbles_i16(blk.add(4), 0),
+            2 => q5_i16::<16>(blk.add(2), blk.add(6)),
+            3 => q5_i16::<0>(blk.add(4), blk.add(8)),
+            _ => bytes_i16(blk.add(2)),
+        }
+    }
+}
+
 /// Integer lanes of one 32-element group.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -217,13 +233,7 @@ unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usiz
         let (w, xq) = (w.add(b0 * ts), x.q.as_ptr().add(b0 * 32));
         for (i, l) in lanes.iter_mut().enumerate().take(N) {
             let blk = w.add(i * ts);
-            let (w0, w1) = match F {
-                0 => nibbles_i16(blk.add(2), 8),
-                1 => nibbles_i16(blk.add(4), 0),
-                2 => q5_i16::<16>(blk.add(2), blk.add(6)),
-                3 => q5_i16::<0>(blk.add(4), blk.add(8)),
-                _ => bytes_i16(blk.add(2)),
-            };
+            let (w0, w1) = block_i16::<F>(blk);
             *l = lanes32(w0, w1, xq.add(i * 32));
         }
         let (vs, m) = block_scales::<N>(w, ts);
@@ -259,8 +269,8 @@ unsafe fn dot32_pair<const F: u8>(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
 }
 
 /// [`octet32`] for two activation rows: each block is expanded once, and the integer lanes of
-/// both rows are reduced pairwise as they are made (two rows' eight lanes would not fit in the
-/// registers), by the same exact integer sums as [`octet::reduce8`].
+/// both rows are reduced by [`octet::reduce8_pair`] (two rows' eight lanes would not fit in the
+/// registers).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn octet32_pair<const F: u8, const N: usize>(
@@ -278,32 +288,18 @@ unsafe fn octet32_pair<const F: u8, const N: usize>(
         }
         unsafe {
             let blk = w.add(i * ts);
-            let (w0, w1) = match F {
-                0 => nibbles_i16(blk.add(2), 8),
-                1 => nibbles_i16(blk.add(4), 0),
-                2 => q5_i16::<16>(blk.add(2), blk.add(6)),
-                3 => q5_i16::<0>(blk.add(4), blk.add(8)),
-                _ => bytes_i16(blk.add(2)),
-            };
+            let (w0, w1) = block_i16::<F>(blk);
             [lanes32(w0, w1, xq[0].add(i * 32)), lanes32(w0, w1, xq[1].add(i * 32))]
         }
     };
-    let hadd2 = |a: [__m256i; 2], b: [__m256i; 2]| [_mm256_hadd_epi32(a[0], b[0]), _mm256_hadd_epi32(a[1], b[1])];
-    let u0 = {
-        let t0 = hadd2(lanes(0), lanes(1));
-        hadd2(t0, hadd2(lanes(2), lanes(3)))
-    };
-    let u1 = {
-        let t2 = hadd2(lanes(4), lanes(5));
-        hadd2(t2, hadd2(lanes(6), lanes(7)))
-    };
+    let isums = octet::reduce8_pair(lanes);
     // SAFETY: as above; lanes from N on are zero.
     unsafe {
         let (vs, m) = block_scales::<N>(w, ts);
         let load = |p: *const f32| if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) };
         for r in 0..2 {
             let dx = load(x[r].d.as_ptr().add(b0));
-            acc[r][0] = octet::finish(acc[r][0], octet::combine_halves(u0[r], u1[r]), vs, dx);
+            acc[r][0] = octet::finish(acc[r][0], isums[r], vs, dx);
             if F == 1 || F == 3 {
                 acc[r][1] = _mm256_fmadd_ps(m, load(x[r].dsum32.as_ptr().add(b0)), acc[r][1]);
             }

@@ -186,6 +186,24 @@ pub(crate) mod octet {
         combine_halves(u0, u1)
     }
 
+    /// [`reduce8`] for two activation rows: `lanes(g)` gives group `g`'s integer lanes of each
+    /// row, and they are reduced pairwise as they are made (the same `hadd` tree), so two rows'
+    /// eight lanes never need to be live at once.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub fn reduce8_pair(lanes: impl Fn(usize) -> [__m256i; 2]) -> [__m256i; 2] {
+        let hadd2 = |a: [__m256i; 2], b: [__m256i; 2]| [_mm256_hadd_epi32(a[0], b[0]), _mm256_hadd_epi32(a[1], b[1])];
+        let u0 = {
+            let t0 = hadd2(lanes(0), lanes(1));
+            hadd2(t0, hadd2(lanes(2), lanes(3)))
+        };
+        let u1 = {
+            let t2 = hadd2(lanes(4), lanes(5));
+            hadd2(t2, hadd2(lanes(6), lanes(7)))
+        };
+        [combine_halves(u0[0], u1[0]), combine_halves(u0[1], u1[1])]
+    }
+
     /// The last step of [`reduce8`]: the two 128-bit halves of groups 0..4 (`u0`) and 4..8 (`u1`)
     /// added into `[g0 … g7]`.
     #[inline]
@@ -321,9 +339,7 @@ mod x86 {
         }
     }
 
-    /// Groups `g0..g0+N` of one panel row against two activation rows. The integer lanes are
-    /// reduced pairwise as they are made (the same `hadd` tree as [`octet::reduce8`]), so two
-    /// rows' eight lanes never need to be live at once.
+    /// Groups `g0..g0+N` of one panel row against two activation rows ([`octet::reduce8_pair`]).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn pair_octet<const G: usize, const MINS: bool, const N: usize>(
@@ -356,22 +372,13 @@ mod x86 {
                 })
             }
         };
-        let hadd2 = |a: [__m256i; 2], b: [__m256i; 2]| [_mm256_hadd_epi32(a[0], b[0]), _mm256_hadd_epi32(a[1], b[1])];
-        let u0 = {
-            let t0 = hadd2(lanes(0), lanes(1));
-            hadd2(t0, hadd2(lanes(2), lanes(3)))
-        };
-        let u1 = {
-            let t2 = hadd2(lanes(4), lanes(5));
-            hadd2(t2, hadd2(lanes(6), lanes(7)))
-        };
+        let isums = octet::reduce8_pair(lanes);
         let load = |p: *const f32| unsafe { if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) } };
         let v = load(unsafe { vs.add(g0) });
         let m = if MINS { load(unsafe { mc.add(g0) }) } else { _mm256_setzero_ps() };
         for r in 0..2 {
-            let isums = octet::combine_halves(u0[r], u1[r]);
             let (_, dx, dsum) = xs[r];
-            acc[r][0] = octet::finish(acc[r][0], isums, v, load(unsafe { dx.add(g0) }));
+            acc[r][0] = octet::finish(acc[r][0], isums[r], v, load(unsafe { dx.add(g0) }));
             if MINS {
                 acc[r][1] = _mm256_fmadd_ps(m, load(unsafe { dsum.add(g0) }), acc[r][1]);
             }
