@@ -16,8 +16,10 @@ fn main() {
     let m = args.get(4).copied().unwrap_or(1);
     pool::init_global(threads);
     let one = ty.bytes_for(rows * cols).expect("whole blocks");
-    let count = (256 << 20) / one + 1; // 256 MiB of weights or more
-    let ws: Vec<_> = (0..count).map(|s| testing::quantize_random(ty, rows, cols, s as u64)).collect();
+    // 256 MiB of weights or more (GEMV_MIB overrides: a small total measures in-cache speed).
+    let mib: usize = std::env::var("GEMV_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let count = (mib << 20) / one + 1;
+    let ws: Vec<_> = (0..count).map(|s| testing::quantize_random(ty, rows, cols, s as u64).for_matmul()).collect();
     let x = testing::rand_vec(m * cols, 7);
     let mut out = vec![0f32; m * rows];
     let mut times: Vec<f64> = (0..11)

@@ -10,7 +10,7 @@ pub enum Tier {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
-    /// x86-64 AVX-512 F/BW/VL (plus AVX2 tier requirements).
+    /// x86-64 AVX-512 F/BW/VL/VNNI (plus the AVX2 tier's requirements).
     Avx512,
     /// aarch64 NEON.
     Neon,
@@ -40,6 +40,7 @@ impl Tier {
                     && is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(target_arch = "aarch64")]
             Tier::Neon => std::arch::is_aarch64_feature_detected!("neon"),

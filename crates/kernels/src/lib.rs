@@ -8,6 +8,9 @@ pub mod ggml;
 pub mod isa;
 pub mod matmul;
 pub mod ops;
+pub mod packed;
+#[cfg(target_arch = "x86_64")]
+pub mod packed_avx512;
 pub mod pool;
 pub mod qgemv;
 pub mod qmatmul;

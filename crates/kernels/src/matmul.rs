@@ -32,6 +32,8 @@ impl SyncPtr {
 
 thread_local! {
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
+    /// Activations interleaved for packed weights.
+    static INTERLEAVED: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
@@ -42,6 +44,15 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
         ACTS.with(|a| {
             let mut a = a.borrow_mut();
             a.quantize_into(x, m, w.cols);
+            #[cfg(target_arch = "x86_64")]
+            if let (Tier::Avx512, Some(p)) = (tier, &w.packed) {
+                INTERLEAVED.with(|qi| {
+                    let mut qi = qi.borrow_mut();
+                    p.plan.interleave(&a.q, m, &mut qi);
+                    crate::packed::matmul(p, &a, &qi, out);
+                });
+                return;
+            }
             crate::qmatmul::qmatmul(tier, &a, w, out);
         });
     } else {

@@ -21,6 +21,8 @@ pub struct QuantizedActs {
     pub d: Vec<f32>,
     /// `Σ q` over each 16 values: `m × k/16` (for weight formats with offsets/minimums).
     pub sum16: Vec<i32>,
+    /// `Σ q` over each 32 values: `m × k/32` (for weights stored with a bias).
+    pub sum32: Vec<i32>,
     /// The 32-block scale repeated per 16 values: `m × k/16`.
     pub d16: Vec<f32>,
     /// `d · Σq` per 32 values (`m × k/32`) and per 16 values (`m × k/16`), in f32.
@@ -34,6 +36,7 @@ pub struct ActRow<'a> {
     pub q: &'a [i16],
     pub d: &'a [f32],
     pub sum16: &'a [i32],
+    pub sum32: &'a [i32],
     pub d16: &'a [f32],
     pub dsum32: &'a [f32],
     pub dsum16: &'a [f32],
@@ -81,6 +84,7 @@ impl QuantizedActs {
         self.d16.resize(2 * blocks, 0.0);
         self.dsum16.resize(2 * blocks, 0.0);
         self.dsum32.resize(blocks, 0.0);
+        self.sum32.resize(blocks, 0);
         for b in 0..blocks {
             let (d, s0, s1) = (self.d[b], self.sum16[2 * b], self.sum16[2 * b + 1]);
             self.d16[2 * b] = d;
@@ -88,6 +92,7 @@ impl QuantizedActs {
             self.dsum16[2 * b] = d * s0 as f32;
             self.dsum16[2 * b + 1] = d * s1 as f32;
             self.dsum32[b] = d * (s0 + s1) as f32;
+            self.sum32[b] = s0 + s1;
         }
     }
 
@@ -117,6 +122,7 @@ impl QuantizedActs {
             q: &self.q[i * k..(i + 1) * k],
             d: &self.d[i * k / QA_BLOCK..(i + 1) * k / QA_BLOCK],
             sum16: &self.sum16[i * k / 16..(i + 1) * k / 16],
+            sum32: &self.sum32[i * k / QA_BLOCK..(i + 1) * k / QA_BLOCK],
             d16: &self.d16[i * k / 16..(i + 1) * k / 16],
             dsum32: &self.dsum32[i * k / QA_BLOCK..(i + 1) * k / QA_BLOCK],
             dsum16: &self.dsum16[i * k / 16..(i + 1) * k / 16],

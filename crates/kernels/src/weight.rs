@@ -2,6 +2,7 @@
 //! of [`GgmlType`], viewed as `rows × cols` with rows contiguous.
 
 use crate::ggml::{self, GgmlType};
+use crate::packed::Packed;
 use memmap2::Mmap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -33,6 +34,20 @@ impl Storage {
     pub fn is_mapped(&self) -> bool {
         matches!(self, Storage::Mapped(..))
     }
+
+    /// Tells the kernel the mapped pages may be dropped (they are re-read from the file if
+    /// touched again), so that bytes copied elsewhere are not resident twice.
+    pub fn release_pages(&self) {
+        if let Storage::Mapped(m, r) = self {
+            const PAGE: usize = 4096;
+            let (start, end) = (r.start.next_multiple_of(PAGE), r.end / PAGE * PAGE);
+            if start < end {
+                // SAFETY: the map is read-only and file-backed: dropped pages are re-read from
+                // the file on the next access, so no reader sees different bytes.
+                let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+            }
+        }
+    }
 }
 
 /// A 2-D weight (`rows × cols`, row-major; 1-D tensors have `rows == 1`).
@@ -42,6 +57,8 @@ pub struct Weight {
     pub rows: usize,
     pub cols: usize,
     pub storage: Storage,
+    /// The same values repacked for the AVX-512 tier's matmul ([`Weight::for_matmul`]).
+    pub packed: Option<Arc<Packed>>,
 }
 
 impl Weight {
@@ -55,12 +72,27 @@ impl Weight {
         if have != want {
             return Err(format!("{} [{rows} x {cols}] needs {want} bytes, found {have}", ty.name()));
         }
-        Ok(Weight { ty, rows, cols, storage })
+        Ok(Weight { ty, rows, cols, storage, packed: None })
     }
 
     pub fn from_f32(rows: usize, cols: usize, values: &[f32]) -> Self {
         assert_eq!(values.len(), rows * cols);
-        Weight { ty: GgmlType::F32, rows, cols, storage: Storage::from_f32(values) }
+        Weight { ty: GgmlType::F32, rows, cols, storage: Storage::from_f32(values), packed: None }
+    }
+
+    /// This weight made ready for [`crate::matmul::matmul`] on the tier in use: quantized
+    /// weights are repacked for the AVX-512 tier ([`crate::packed`]; the same bytes per weight
+    /// but for tail chunks). The original bytes stay for row lookups (a tied embedding); mapped
+    /// pages read while packing are handed back to the page cache.
+    pub fn for_matmul(mut self) -> Self {
+        if crate::isa::tier() != crate::isa::Tier::Avx512 || self.packed.is_some() {
+            return self;
+        }
+        self.packed = Packed::pack(&self).map(Arc::new);
+        if self.packed.is_some() {
+            self.storage.release_pages();
+        }
+        self
     }
 
     pub fn row_bytes(&self) -> usize {

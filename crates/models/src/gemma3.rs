@@ -126,7 +126,8 @@ impl Gemma3Model {
             ck.matrix("lm_head.weight", c.vocab_size, hidden)?
         } else {
             embed.clone()
-        };
+        }
+        .for_matmul();
         let info = ModelInfo {
             architecture: crate::config::architecture(config)?,
             num_layers: c.num_hidden_layers,

@@ -18,7 +18,7 @@ pub struct Linear {
 impl Linear {
     /// Loads `{prefix}.weight` (`out × in`) and, if `bias`, `{prefix}.bias`.
     pub fn load(ck: &Checkpoint, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
-        let weight = ck.matrix(&format!("{prefix}.weight"), out, inp)?;
+        let weight = ck.matrix(&format!("{prefix}.weight"), out, inp)?.for_matmul();
         let bias = if bias { Some(ck.vector(&format!("{prefix}.bias"), out)?) } else { None };
         Ok(Linear { weight, bias })
     }

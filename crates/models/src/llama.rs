@@ -116,7 +116,8 @@ impl LlamaModel {
             embed.clone()
         } else {
             ck.matrix("lm_head.weight", c.vocab_size, hidden)?
-        };
+        }
+        .for_matmul();
         let info = ModelInfo {
             architecture: crate::config::architecture(config)?,
             num_layers: c.num_hidden_layers,

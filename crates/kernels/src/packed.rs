@@ -1,0 +1,662 @@
+//! Quantized weights repacked at load for the AVX-512 VNNI tier: sixteen weight groups side by
+//! side, one per 32-bit lane, so integer group sums need no horizontal reduction.
+//!
+//! The GGUF layouts keep each block's 32 (or 16) values together, which suits AVX2 but makes a
+//! 512-bit dot product end in a 16-lane horizontal sum per group. Here a row is cut into
+//! *chunks* of up to 16 groups; within a chunk, int16 vector `v` holds in lane `l` (two int16
+//! values) one pair of values of group `l`. `vpdpwssd` over the chunk's vectors then leaves the
+//! sixteen group sums in the sixteen lanes, ready for the float epilogue of [`crate::qmatmul`],
+//! whose reduction order (and so every bit of the result) is unchanged.
+//!
+//! A last chunk with fewer groups spreads each group over `s` adjacent lanes (fewer vectors,
+//! lanes added after the dot product), so a 2-group tail costs a quarter of a full chunk, not a
+//! whole one. Activations are laid out the same way per matmul ([`Plan::interleave`]).
+//!
+//! Values are stored as unsigned `u = q + bias` in bit planes (4-bit nibbles, 2-bit and 1-bit
+//! planes, or signed bytes for Q8_0); `Σ q·x = Σ u·x − bias·Σ x` exactly, in integers. Scales
+//! keep their GGUF precision (f16, or f16 per super-block times a small integer per group), so
+//! the bytes per weight equal the GGUF file's but for the tail chunks.
+//!
+//! Kernels work on tiles of four rows taken from the four quarters ("bands") of the matrix:
+//! tile `t` is rows `t`, `t + n4`, `t + 2·n4`, `t + 3·n4`. A task's run of tiles then reads four
+//! sequential streams at once; DRAM here delivers ~28 GB/s to two threads reading four or more
+//! streams each, but ~16 GB/s to one stream per thread.
+
+use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
+use crate::qpanel::{group_of, unpack_block};
+use crate::quant_act::QuantizedActs;
+use crate::weight::Weight;
+use half::f16;
+
+/// Groups per chunk: the 32-bit lanes of a 512-bit vector.
+pub const LANES: usize = 16;
+/// Rows computed together, one from each band; the bands are padded with zero rows.
+pub const ROW_TILE: usize = 4;
+
+/// How a format's values and scales are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Format {
+    /// Bits per stored value: 2, 3, 4, 5, 6, or 8 (signed bytes).
+    pub bits: u8,
+    /// `u = q + bias` is stored (a power of two, or 0).
+    pub bias: i16,
+    pub scales: Scales,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scales {
+    /// An f16 scale (and an f16 minimum) per group: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+    PerGroup { mins: bool },
+    /// An f16 `d` (and `dmin`) per super-block of `per_sb` groups and an integer scale (and
+    /// minimum) per group: the k-quants (`vscale = d · sc`, `mcoef = −(dmin · m)`).
+    Super { per_sb: usize, signed: bool, mins: bool },
+}
+
+impl Scales {
+    pub fn mins(self) -> bool {
+        match self {
+            Scales::PerGroup { mins } | Scales::Super { mins, .. } => mins,
+        }
+    }
+}
+
+/// Formats with a packed layout, in the order of [`format_index`].
+pub const FORMATS: [(GgmlType, Format); 10] = {
+    use GgmlType::*;
+    use Scales::*;
+    const fn f(bits: u8, bias: i16, scales: Scales) -> Format {
+        Format { bits, bias, scales }
+    }
+    [
+        (Q4_0, f(4, 8, PerGroup { mins: false })),
+        (Q4_1, f(4, 0, PerGroup { mins: true })),
+        (Q5_0, f(5, 16, PerGroup { mins: false })),
+        (Q5_1, f(5, 0, PerGroup { mins: true })),
+        (Q8_0, f(8, 0, PerGroup { mins: false })),
+        (Q2K, f(2, 0, Super { per_sb: 16, signed: false, mins: true })),
+        (Q3K, f(3, 4, Super { per_sb: 16, signed: true, mins: false })),
+        (Q4K, f(4, 0, Super { per_sb: 8, signed: false, mins: true })),
+        (Q5K, f(5, 0, Super { per_sb: 8, signed: false, mins: true })),
+        (Q6K, f(6, 32, Super { per_sb: 16, signed: true, mins: false })),
+    ]
+};
+
+pub fn format_index(ty: GgmlType) -> Option<usize> {
+    FORMATS.iter().position(|(t, _)| *t == ty)
+}
+
+/// Bytes of one step of `vectors` (4, or 2 in narrow tails) int16 vectors of 32 values.
+pub const fn step_bytes(bits: u8, vectors: usize) -> usize {
+    vectors * 32 * bits as usize / 8
+}
+
+/// Bytes of a chunk header holding `hg` groups' scales.
+pub fn header_bytes(f: Format, hg: usize) -> usize {
+    match f.scales {
+        Scales::PerGroup { mins } => 2 * hg * (1 + mins as usize),
+        Scales::Super { per_sb, mins, .. } => (hg + 2 * hg.div_ceil(per_sb)) * (1 + mins as usize),
+    }
+}
+
+/// One chunk of a row: groups `g0..g0+groups`, each over `s` adjacent lanes of `v` vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub g0: usize,
+    pub groups: usize,
+    pub s: usize,
+    pub v: usize,
+    /// Byte offset of this chunk in a row's layout, and its size (header + planes).
+    pub offset: usize,
+    pub bytes: usize,
+    /// Offset of this chunk's `v × 32` int16 values in an interleaved activation row.
+    pub x_offset: usize,
+}
+
+impl Chunk {
+    /// Vectors per step of the kernels: four, or two in a narrow tail.
+    pub fn step(&self) -> usize {
+        self.v.min(4)
+    }
+
+    /// `(vector, lane)` of pair `j` (values `2j, 2j+1`) of the chunk's group `gl`.
+    pub fn slot(&self, gl: usize, j: usize) -> (usize, usize) {
+        (j % self.v, gl * self.s + j / self.v)
+    }
+}
+
+/// The chunks of a row of `k` values in groups of `group`, for format `f`.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub group: usize,
+    pub k: usize,
+    pub chunks: Vec<Chunk>,
+    pub row_bytes: usize,
+    /// int16 values per interleaved activation row.
+    pub x_len: usize,
+    /// Where natural value pair `p` (values `2p, 2p+1` of a row) goes, in pairs of the
+    /// interleaved row.
+    pub xmap: Vec<u32>,
+}
+
+impl Plan {
+    pub fn new(f: Format, group: usize, k: usize) -> Plan {
+        assert!(k.is_multiple_of(group));
+        let pairs = group / 2;
+        let groups = k / group;
+        let (mut chunks, mut offset, mut x_offset) = (Vec::new(), 0, 0);
+        let mut g0 = 0;
+        while g0 < groups {
+            let n = (groups - g0).min(LANES);
+            // Lanes per group: as many as fit, keeping at least four vectors (two for formats
+            // with no 2-bit plane, whose steps can be two vectors).
+            let min_v = if matches!(f.bits, 2 | 3 | 6) { 4 } else { 2 };
+            let mut s = 1;
+            while n * s * 2 <= LANES && pairs / (s * 2) >= min_v {
+                s *= 2;
+            }
+            let v = pairs / s;
+            let bytes = header_bytes(f, n) + v / v.min(4) * step_bytes(f.bits, v.min(4));
+            chunks.push(Chunk { g0, groups: n, s, v, offset, bytes, x_offset });
+            offset += bytes;
+            x_offset += v * 32;
+            g0 += n;
+        }
+        let mut xmap = vec![0u32; k / 2];
+        for c in &chunks {
+            for gl in 0..c.groups {
+                for j in 0..pairs {
+                    let (v, lane) = c.slot(gl, j);
+                    xmap[((c.g0 + gl) * group) / 2 + j] = (c.x_offset / 2 + v * LANES + lane) as u32;
+                }
+            }
+        }
+        Plan { group, k, chunks, row_bytes: offset, x_len: x_offset, xmap }
+    }
+
+    /// Lays out `m` rows of int16 activations (`m × k`, natural order) into `out` (`m × x_len`),
+    /// zero where no value goes.
+    pub fn interleave(&self, q: &[i16], m: usize, out: &mut Vec<i16>) {
+        assert_eq!(q.len(), m * self.k);
+        out.clear();
+        out.resize(m * self.x_len, 0);
+        for (src, dst) in q.chunks_exact(self.k).zip(out.chunks_exact_mut(self.x_len)) {
+            for (p, &to) in self.xmap.iter().enumerate() {
+                let to = to as usize * 2;
+                dst[to] = src[2 * p];
+                dst[to + 1] = src[2 * p + 1];
+            }
+        }
+    }
+}
+
+/// A quantized weight in the packed layout.
+pub struct Packed {
+    pub ty: GgmlType,
+    pub format: Format,
+    /// Index into [`FORMATS`] (the kernels' const parameter).
+    pub index: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub plan: Plan,
+    /// `ROW_TILE · tiles()` rows of `plan.row_bytes` (the rows past `rows` are zero).
+    pub data: Vec<u8>,
+}
+
+impl Packed {
+    /// Rows per band, which is also the number of tiles.
+    pub fn tiles(&self) -> usize {
+        self.rows.div_ceil(ROW_TILE)
+    }
+
+    /// The matrix row computed as row `r` (0..4) of tile `t` (may be a padding row ≥ `rows`).
+    pub fn row_of(&self, t: usize, r: usize) -> usize {
+        r * self.tiles() + t
+    }
+
+    /// Where chunk `c` of (padded) row `row` starts.
+    pub fn chunk_at(&self, row: usize, c: &Chunk) -> usize {
+        row * self.plan.row_bytes + c.offset
+    }
+
+    /// Bytes held (the weight's memory cost).
+    pub fn size(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Repacks `w`; `None` if its format has no packed layout. Rows are packed in parallel on
+    /// the global pool.
+    pub fn pack(w: &Weight) -> Option<Packed> {
+        let index = format_index(w.ty)?;
+        let format = FORMATS[index].1;
+        let group = group_of(w.ty);
+        let plan = Plan::new(format, group, w.cols);
+        let rb = plan.row_bytes;
+        let mut data = vec![0u8; w.rows.div_ceil(ROW_TILE) * ROW_TILE * rb];
+        let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, plan, data: Vec::new() };
+        let out = SendPtr(data.as_mut_ptr());
+        const ROWS_PER_TASK: usize = 64;
+        crate::pool::global().run(w.rows.div_ceil(ROWS_PER_TASK), &|task| {
+            for row in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(w.rows) {
+                // SAFETY: this task alone writes these rows' bytes.
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * rb), rb) };
+                p.pack_row(w, row, dst);
+            }
+        });
+        Some(Packed { data, ..p })
+    }
+
+    /// Writes row `row` of `w` into `dst` (`plan.row_bytes`).
+    fn pack_row(&self, w: &Weight, row: usize, dst: &mut [u8]) {
+        let (f, plan) = (self.format, &self.plan);
+        let g = plan.group;
+        let k = w.cols;
+        let (bs, ts) = (w.ty.block_size(), w.ty.type_size());
+        let gpb = bs / g;
+        let mut q = vec![0i16; k];
+        let mut vs = vec![0f32; k / g];
+        let mut mc = vec![0f32; k / g];
+        let mut fields = vec![GroupScale::default(); k / g];
+        for (b, blk) in w.row(row).chunks_exact(ts).enumerate() {
+            let gr = b * gpb..(b + 1) * gpb;
+            let mins = f.scales.mins().then_some(&mut mc[gr.clone()]);
+            unpack_block(w.ty, blk, &mut q[b * bs..(b + 1) * bs], &mut vs[gr.clone()], mins);
+            group_scales(w.ty, blk, &mut fields[gr]);
+        }
+        for c in &plan.chunks {
+            let dst = &mut dst[c.offset..c.offset + c.bytes];
+            let hb = header_bytes(f, c.groups);
+            write_header(f, &fields[c.g0..c.g0 + c.groups], &mut dst[..hb]);
+            // The chunk's values as vectors of 32 stored (biased) int16 values.
+            let mut vecs = vec![[0i16; 32]; c.v];
+            for gl in 0..c.groups {
+                let base = (c.g0 + gl) * g;
+                for j in 0..g / 2 {
+                    let (v, lane) = c.slot(gl, j);
+                    for h in 0..2 {
+                        vecs[v][2 * lane + h] = q[base + 2 * j + h] + f.bias;
+                    }
+                }
+            }
+            let step = c.step();
+            let sb = step_bytes(f.bits, step);
+            for (st, vv) in vecs.chunks_exact(step).enumerate() {
+                encode_step(f.bits, vv, &mut dst[hb + st * sb..hb + (st + 1) * sb]);
+            }
+        }
+    }
+}
+
+/// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`) and
+/// interleaved by `p.plan` (`qi`). Tasks take runs of tiles; within a task, activation rows go
+/// in blocks that stay in L1, four at a time against each tile.
+#[cfg(target_arch = "x86_64")]
+pub fn matmul(p: &Packed, a: &QuantizedActs, qi: &[i16], out: &mut [f32]) {
+    use crate::packed_avx512::XRow;
+    let (n, m) = (p.rows, a.m);
+    assert!(a.k == p.cols && qi.len() == m * p.plan.x_len && out.len() == m * n);
+    assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
+    const ACT_BLOCK: usize = 32;
+    let threads = crate::pool::global().n_threads();
+    let tiles = p.tiles();
+    let per = tiles.div_ceil(threads * 4).clamp(1, 32);
+    let out_ptr = crate::matmul::SyncPtr(out.as_mut_ptr());
+    crate::pool::global().run(tiles.div_ceil(per), &|task| {
+        let (t0, t1) = (task * per, ((task + 1) * per).min(tiles));
+        for b0 in (0..m).step_by(ACT_BLOCK) {
+            let nb = (m - b0).min(ACT_BLOCK);
+            let xs: [XRow; ACT_BLOCK] =
+                std::array::from_fn(|i| XRow::new(a, qi, p.plan.x_len, p.plan.group, b0 + i.min(nb - 1)));
+            for t in t0..t1 {
+                let mut i = 0;
+                while i < nb {
+                    let c = (nb - i).min(4);
+                    let first = b0 == 0 && i == 0;
+                    // SAFETY: the tier was checked; rows were interleaved by this plan; this task
+                    // alone writes the columns of tiles t0..t1.
+                    unsafe {
+                        let o = out_ptr.get().add((b0 + i) * n);
+                        match c {
+                            4 => tile_into::<4>(p, t, &xs[i..i + 4], o, first),
+                            3 => tile_into::<3>(p, t, &xs[i..i + 3], o, first),
+                            2 => tile_into::<2>(p, t, &xs[i..i + 2], o, first),
+                            _ => tile_into::<1>(p, t, &xs[i..i + 1], o, first),
+                        }
+                    }
+                    i += c;
+                }
+            }
+        }
+    });
+}
+
+/// Tile `t` against `C` activation rows, written to `out` (row `c` at `out + c·rows`).
+///
+/// # Safety
+/// As for [`crate::packed_avx512::tile`]; `out` must hold `C` rows of `p.rows` outputs.
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile_into<const C: usize>(
+    p: &Packed,
+    t: usize,
+    xs: &[crate::packed_avx512::XRow],
+    out: *mut f32,
+    prefetch: bool,
+) {
+    let xs: &[_; C] = xs.try_into().expect("C rows");
+    let res = unsafe { crate::packed_avx512::tile::<C>(p, t, xs, prefetch) };
+    for (c, row) in res.iter().enumerate() {
+        for (r, &v) in row.iter().enumerate() {
+            let j = p.row_of(t, r);
+            if j < p.rows {
+                unsafe { *out.add(c * p.rows + j) = v };
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+/// A group's scale fields as stored: f16 bits of `d` and `dmin` (per group, or of its
+/// super-block) and the integer scale and minimum of k-quants.
+#[derive(Clone, Copy, Default)]
+struct GroupScale {
+    d: u16,
+    dmin: u16,
+    sc: i8,
+    m: u8,
+}
+
+fn f16_bits(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+/// The scale fields of each group of one block, as [`unpack_block`] combines them.
+fn group_scales(ty: GgmlType, b: &[u8], out: &mut [GroupScale]) {
+    use GgmlType::*;
+    let (d, dmin) = match ty {
+        Q4_0 | Q5_0 | Q8_0 => (f16_bits(b, 0), 0),
+        Q4_1 | Q5_1 | Q4K | Q5K => (f16_bits(b, 0), f16_bits(b, 2)),
+        Q2K => (f16_bits(b, 80), f16_bits(b, 82)),
+        Q3K => (f16_bits(b, 108), 0),
+        Q6K => (f16_bits(b, 208), 0),
+        _ => unreachable!("dense formats are not packed"),
+    };
+    let q3 = if ty == Q3K { q3k_scales(&b[96..108]) } else { [0; 16] };
+    for (i, o) in out.iter_mut().enumerate() {
+        let (sc, m) = match ty {
+            Q4K | Q5K => {
+                let (sc, m) = scale_min_k4(i, &b[4..16]);
+                (sc as i8, m)
+            }
+            Q2K => ((b[i] & 0xF) as i8, b[i] >> 4),
+            Q3K => (q3[i] as i8, 0),
+            Q6K => (b[192 + i] as i8, 0),
+            _ => (0, 0),
+        };
+        *o = GroupScale { d, dmin, sc, m };
+    }
+}
+
+/// Header: per-group f16 `d` (then `m`); or integer scales, minimums, then per-super-block
+/// f16 `d` and `dmin`.
+fn write_header(f: Format, gs: &[GroupScale], out: &mut [u8]) {
+    let hg = gs.len();
+    let put16 = |out: &mut [u8], i: usize, v: u16| out[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
+    match f.scales {
+        Scales::PerGroup { mins } => {
+            for (i, g) in gs.iter().enumerate() {
+                put16(out, i, g.d);
+                if mins {
+                    put16(&mut out[2 * hg..], i, g.dmin);
+                }
+            }
+        }
+        Scales::Super { per_sb, mins, .. } => {
+            let nsb = hg.div_ceil(per_sb);
+            let (ints, tail) = out.split_at_mut(hg * (1 + mins as usize));
+            for (i, g) in gs.iter().enumerate() {
+                ints[i] = g.sc as u8;
+                if mins {
+                    ints[hg + i] = g.m;
+                }
+            }
+            for sb in 0..nsb {
+                put16(tail, sb, gs[sb * per_sb].d);
+                if mins {
+                    put16(&mut tail[2 * nsb..], sb, gs[sb * per_sb].dmin);
+                }
+            }
+        }
+    }
+}
+
+/// Encodes one step (`vv.len()` = 4 or 2 vectors) of stored values into its bit planes, in the
+/// order the kernels read them: nibble entries (vectors `2e`, `2e+1` in the low and high
+/// nibbles of each byte), then a 2-bit entry (vector `t` in bits `2t..2t+2`), then one 32-bit
+/// mask per vector (the 1-bit plane); or signed bytes per vector for 8 bits.
+fn encode_step(bits: u8, vv: &[[i16; 32]], out: &mut [u8]) {
+    let mut at = 0;
+    if bits == 8 {
+        for v in vv {
+            for (o, &u) in out[at..at + 32].iter_mut().zip(v) {
+                *o = u as i8 as u8;
+            }
+            at += 32;
+        }
+        return;
+    }
+    if matches!(bits, 4..=6) {
+        for pair in vv.chunks_exact(2) {
+            for i in 0..32 {
+                out[at + i] = (pair[0][i] & 0xF) as u8 | (((pair[1][i] & 0xF) as u8) << 4);
+            }
+            at += 32;
+        }
+    }
+    if matches!(bits, 2 | 3 | 6) {
+        let shift = if bits == 6 { 4 } else { 0 };
+        for i in 0..32 {
+            out[at + i] = vv.iter().enumerate().map(|(t, v)| (((v[i] >> shift) & 3) as u8) << (2 * t)).sum();
+        }
+        at += 32;
+    }
+    if matches!(bits, 3 | 5) {
+        let bit = if bits == 5 { 4 } else { 2 };
+        for v in vv {
+            let mask: u32 = (0..32).map(|i| (((v[i] >> bit) & 1) as u32) << i).sum();
+            out[at..at + 4].copy_from_slice(&mask.to_le_bytes());
+            at += 4;
+        }
+    }
+    debug_assert_eq!(at, out.len());
+}
+
+/// The scalar reading of a packed chunk header: `(vscale, mcoef)` of its groups, as
+/// [`unpack_block`] computes them (tests check they are the same bits).
+pub fn header_scales(f: Format, hdr: &[u8], hg: usize) -> (Vec<f32>, Vec<f32>) {
+    let h = |i: usize| f16::from_bits(f16_bits(hdr, 2 * i)).to_f32();
+    match f.scales {
+        Scales::PerGroup { mins } => {
+            let vs = (0..hg).map(h).collect();
+            let mc = if mins { (0..hg).map(|i| h(hg + i)).collect() } else { vec![0.0; hg] };
+            (vs, mc)
+        }
+        Scales::Super { per_sb, signed, mins } => {
+            let nsb = hg.div_ceil(per_sb);
+            let ints = hg * (1 + mins as usize);
+            let hd = |i: usize| f16::from_bits(f16_bits(&hdr[ints..], 2 * i)).to_f32();
+            let vs = (0..hg)
+                .map(|i| {
+                    let sc = if signed { hdr[i] as i8 as f32 } else { hdr[i] as f32 };
+                    hd(i / per_sb) * sc
+                })
+                .collect();
+            let mc = (0..hg).map(|i| if mins { -(hd(nsb + i / per_sb) * hdr[hg + i] as f32) } else { 0.0 }).collect();
+            (vs, mc)
+        }
+    }
+}
+
+/// The scalar reading of a packed step: the stored values of its vectors.
+pub fn decode_step(bits: u8, step: usize, src: &[u8]) -> Vec<[i16; 32]> {
+    let mut vv = vec![[0i16; 32]; step];
+    let mut at = 0;
+    if bits == 8 {
+        for v in vv.iter_mut() {
+            for (o, &b) in v.iter_mut().zip(&src[at..at + 32]) {
+                *o = b as i8 as i16;
+            }
+            at += 32;
+        }
+        return vv;
+    }
+    if matches!(bits, 4..=6) {
+        for e in 0..step / 2 {
+            for i in 0..32 {
+                vv[2 * e][i] = (src[at + i] & 0xF) as i16;
+                vv[2 * e + 1][i] = (src[at + i] >> 4) as i16;
+            }
+            at += 32;
+        }
+    }
+    if matches!(bits, 2 | 3 | 6) {
+        let shift = if bits == 6 { 4 } else { 0 };
+        for (t, v) in vv.iter_mut().enumerate() {
+            for i in 0..32 {
+                v[i] |= (((src[at + i] >> (2 * t)) & 3) as i16) << shift;
+            }
+        }
+        at += 32;
+    }
+    if matches!(bits, 3 | 5) {
+        let bit = if bits == 5 { 4 } else { 2 };
+        for v in vv.iter_mut() {
+            let mask = u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
+            for (i, o) in v.iter_mut().enumerate() {
+                *o |= (((mask >> i) & 1) as i16) << bit;
+            }
+            at += 4;
+        }
+    }
+    vv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qpanel::Panel;
+    use crate::testing::quantize_random;
+
+    fn ks(ty: GgmlType) -> Vec<usize> {
+        if ty.block_size() == 256 {
+            vec![256, 768, 2048 + 256]
+        } else {
+            (1..=17).chain([18, 28, 33]).map(|g| 32 * g).collect()
+        }
+    }
+
+    /// Every packed value and scale reads back as the panel (the scalar reference) has it.
+    #[test]
+    fn packed_rows_read_back_as_the_panel() {
+        for (ty, f) in FORMATS {
+            for k in ks(ty) {
+                let rows = 6;
+                let w = quantize_random(ty, rows, k, 5);
+                let p = Packed::pack(&w).expect("packable");
+                let mut panel = Panel::default();
+                panel.unpack(crate::isa::Tier::Scalar, ty, w.bytes(), rows, k);
+                let g = panel.group;
+                for row in 0..rows {
+                    for c in &p.plan.chunks {
+                        let at = p.chunk_at(row, c);
+                        let chunk = &p.data[at..at + c.bytes];
+                        let hb = header_bytes(f, c.groups);
+                        let (vs, mc) = header_scales(f, &chunk[..hb], c.groups);
+                        let step = c.step();
+                        let vecs: Vec<[i16; 32]> = chunk[hb..]
+                            .chunks_exact(step_bytes(f.bits, step))
+                            .flat_map(|s| decode_step(f.bits, step, s))
+                            .collect();
+                        assert_eq!(vecs.len(), c.v);
+                        for gl in 0..c.groups {
+                            let gi = c.g0 + gl;
+                            let pg = row * (k / g) + gi;
+                            assert_eq!(vs[gl].to_bits(), panel.vscale[pg].to_bits(), "{ty:?} k={k} vscale");
+                            let want_mc = panel.mcoef.as_ref().map_or(0.0, |m| m[pg]);
+                            assert_eq!(mc[gl].to_bits(), want_mc.to_bits(), "{ty:?} k={k} mcoef");
+                            for e in 0..g {
+                                let (v, lane) = c.slot(gl, e / 2);
+                                let got = vecs[v][2 * lane + e % 2] - f.bias;
+                                assert_eq!(
+                                    got,
+                                    panel.q[row * k + gi * g + e],
+                                    "{ty:?} k={k} row {row} group {gi} value {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 kernels give the scalar tier's bits for every format, tail shape, row count
+    /// (tiles padded with zero rows) and batch size, and a row's result does not depend on the
+    /// batch around it.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_kernels_are_bit_identical_to_the_scalar_tier() {
+        use crate::isa::Tier;
+        use crate::quant_act::QuantizedActs;
+        use crate::testing::rand_vec;
+        if !Tier::Avx512.supported() {
+            eprintln!("skipped: this CPU lacks AVX-512 VNNI");
+            return;
+        }
+        for (ty, _) in FORMATS {
+            for k in ks(ty) {
+                let n = 13;
+                let w = quantize_random(ty, n, k, 31);
+                let p = Packed::pack(&w).expect("packable");
+                let x = rand_vec(9 * k, 32);
+                for m in [1, 2, 3, 4, 5, 9] {
+                    let a = QuantizedActs::quantize(&x[..m * k], m, k);
+                    let mut want = vec![0f32; m * n];
+                    crate::qmatmul::qmatmul(Tier::Scalar, &a, &w, &mut want);
+                    let mut qi = Vec::new();
+                    p.plan.interleave(&a.q, m, &mut qi);
+                    let mut got = vec![0f32; m * n];
+                    matmul(&p, &a, &qi, &mut got);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} k={k} m={m} out {i}: {g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plans_cover_every_value_once_and_tails_are_narrow() {
+        for (ty, f) in FORMATS {
+            for k in ks(ty) {
+                let plan = Plan::new(f, group_of(ty), k);
+                let mut seen = vec![false; plan.x_len / 2];
+                for &to in &plan.xmap {
+                    assert!(!std::mem::replace(&mut seen[to as usize], true), "{ty:?} k={k}: slot used twice");
+                }
+                let last = plan.chunks.last().unwrap();
+                assert!(last.groups * last.s <= LANES && last.v >= 2);
+                if last.groups <= 2 && f.bits == 4 {
+                    assert_eq!(last.v, 2, "{ty:?} k={k}: a 1–2 group tail takes two vectors");
+                }
+            }
+        }
+    }
+}

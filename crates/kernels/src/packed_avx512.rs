@@ -1,0 +1,367 @@
+//! AVX-512 VNNI kernels over [`crate::packed`] weights: a tile of four weight rows against up
+//! to four activation rows, values expanded to int16 in registers and multiplied by
+//! `vpdpwssd` (32 products a instruction, sixteen group sums in sixteen lanes).
+//!
+//! The float epilogue is the reduction of [`crate::qmatmul`]: per group, in group order,
+//! `acc[g mod 8] = fma(isum, vscale·dx, acc[g mod 8])` (and the minimums), so results have the
+//! same bits as the scalar tier whatever the tile, batch or thread.
+
+#![cfg(target_arch = "x86_64")]
+
+use crate::matmul::x86_hsum;
+use crate::packed::{Chunk, FORMATS, Packed, ROW_TILE, Scales, header_bytes, step_bytes};
+use crate::quant_act::QuantizedActs;
+use std::arch::x86_64::*;
+
+/// How many tiles ahead each band's rows are prefetched.
+const PREFETCH_TILES: usize = 4;
+
+/// One activation row as the kernels read it: interleaved values, and per group its scale,
+/// scaled sum (for minimums) and integer sum (for biases), in natural group order.
+#[derive(Clone, Copy)]
+pub struct XRow {
+    pub q: *const i16,
+    pub dx: *const f32,
+    pub dsum: *const f32,
+    pub isum: *const i32,
+}
+
+impl XRow {
+    pub fn new(a: &QuantizedActs, qi: &[i16], x_len: usize, group: usize, i: usize) -> XRow {
+        let r = a.row(i);
+        let (dx, dsum, isum) = if group == 32 {
+            (r.d.as_ptr(), r.dsum32.as_ptr(), r.sum32.as_ptr())
+        } else {
+            (r.d16.as_ptr(), r.dsum16.as_ptr(), r.sum16.as_ptr())
+        };
+        XRow { q: qi[i * x_len..(i + 1) * x_len].as_ptr(), dx, dsum, isum }
+    }
+}
+
+/// `out[c][r] = x[c] · row p.row_of(t, r)` for the four rows of tile `t` and `C` activation rows.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI; `x` rows must be interleaved by `p.plan`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn tile<const C: usize>(p: &Packed, t: usize, x: &[XRow; C], prefetch: bool) -> [[f32; ROW_TILE]; C] {
+    // SAFETY: as vouched by the caller.
+    unsafe {
+        match p.index {
+            0 => tile_f::<0, C>(p, t, x, prefetch),
+            1 => tile_f::<1, C>(p, t, x, prefetch),
+            2 => tile_f::<2, C>(p, t, x, prefetch),
+            3 => tile_f::<3, C>(p, t, x, prefetch),
+            4 => tile_f::<4, C>(p, t, x, prefetch),
+            5 => tile_f::<5, C>(p, t, x, prefetch),
+            6 => tile_f::<6, C>(p, t, x, prefetch),
+            7 => tile_f::<7, C>(p, t, x, prefetch),
+            8 => tile_f::<8, C>(p, t, x, prefetch),
+            _ => tile_f::<9, C>(p, t, x, prefetch),
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_f<const F: usize, const C: usize>(
+    p: &Packed,
+    t: usize,
+    x: &[XRow; C],
+    prefetch: bool,
+) -> [[f32; ROW_TILE]; C] {
+    let f = FORMATS[F].1;
+    let mut acc = [[_mm256_setzero_ps(); C]; ROW_TILE];
+    let mut accm = [[_mm256_setzero_ps(); C]; ROW_TILE];
+    assert!(t < p.tiles() && p.data.len() == ROW_TILE * p.tiles() * p.plan.row_bytes);
+    let rows = [0, 1, 2, 3].map(|r| p.row_of(t, r));
+    // Each band is a stream; the rows PREFETCH_TILES ahead in each are fetched meanwhile (the
+    // hardware prefetcher ramps up too slowly over a task's short streams). Only on the first
+    // pass over the tiles: later passes find them cached, and prefetches would only stall.
+    let ahead = t + PREFETCH_TILES;
+    if prefetch && ahead < p.tiles() {
+        for r in 0..ROW_TILE {
+            let at = p.row_of(ahead, r) * p.plan.row_bytes;
+            crate::matmul::x86::prefetch_lines(p.data[at..].as_ptr(), p.plan.row_bytes);
+        }
+    }
+    for ch in &p.plan.chunks {
+        let base: [*const u8; ROW_TILE] = std::array::from_fn(|r| p.data[p.chunk_at(rows[r], ch)..].as_ptr());
+        let hb = header_bytes(f, ch.groups);
+        // SAFETY: the chunk's bytes are within the tile (assert above, offsets from the plan);
+        // activation rows hold the chunk's `v × 32` values at `x_offset` (the caller).
+        unsafe {
+            let xq: [*const i16; C] = std::array::from_fn(|c| x[c].q.wrapping_add(ch.x_offset));
+            let w: [*const u8; ROW_TILE] = std::array::from_fn(|r| base[r].wrapping_add(hb));
+            // One activation row gives only four accumulator chains; two per row hide the
+            // latency of vpdpwssd (integer sums: any split is exact).
+            let isums = match (ch.v == 2, C == 1) {
+                (true, true) => dots::<F, C, 2, 2>(w, xq, ch.v),
+                (true, false) => dots::<F, C, 2, 1>(w, xq, ch.v),
+                (false, true) => dots::<F, C, 4, 2>(w, xq, ch.v),
+                (false, false) => dots::<F, C, 4, 1>(w, xq, ch.v),
+            };
+            macro_rules! row {
+                ($r:literal) => {
+                    let (vs, mc) = scales::<F>(base[$r], ch.groups);
+                    for c in 0..C {
+                        epilogue::<F>(ch, isums[$r][c], vs, mc, &x[c], &mut acc[$r][c], &mut accm[$r][c]);
+                    }
+                };
+            }
+            row!(0);
+            row!(1);
+            row!(2);
+            row!(3);
+        }
+    }
+    let _ = f;
+    let mut out = [[0f32; ROW_TILE]; C];
+    for (c, o) in out.iter_mut().enumerate() {
+        for (r, v) in o.iter_mut().enumerate() {
+            *v = x86_hsum(acc[r][c]) + x86_hsum(accm[r][c]);
+        }
+    }
+    out
+}
+
+/// The integer lanes of one chunk: `Σ_v vpdpwssd(w_v, x_v)` for each of the four rows and
+/// `C` activation rows, `STEP` vectors expanded at a time, over `S` accumulators each.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dots<const F: usize, const C: usize, const STEP: usize, const S: usize>(
+    w: [*const u8; ROW_TILE],
+    x: [*const i16; C],
+    v: usize,
+) -> [[__m512i; C]; ROW_TILE] {
+    let bits = FORMATS[F].1.bits;
+    let sb = step_bytes(bits, STEP);
+    let mut acc = [[[_mm512_setzero_si512(); S]; C]; ROW_TILE];
+    for st in 0..v / STEP {
+        // Rows unrolled by hand: as a loop, LLVM kept the accumulators on the stack.
+        macro_rules! row {
+            ($r:literal) => {
+                // SAFETY: step st of row r's chunk and of every activation row (the caller).
+                unsafe {
+                    let wv = expand::<F, STEP>(w[$r].add(st * sb));
+                    for (i, wi) in wv.iter().enumerate() {
+                        for (a, xc) in acc[$r].iter_mut().zip(&x) {
+                            dpwssd(&mut a[i % S], *wi, xc.add((st * STEP + i) * 32));
+                        }
+                    }
+                }
+            };
+        }
+        row!(0);
+        row!(1);
+        row!(2);
+        row!(3);
+    }
+    // (Loops, not `map`: closures would not inherit the target features, and stay calls.)
+    let mut sums = [[_mm512_setzero_si512(); C]; ROW_TILE];
+    for (sr, ar) in sums.iter_mut().zip(&acc) {
+        for (s, a) in sr.iter_mut().zip(ar) {
+            for part in a {
+                *s = _mm512_add_epi32(*s, *part);
+            }
+        }
+    }
+    sums
+}
+
+/// `acc += Σ pairs of w · x` (`vpdpwssd`) with `x` the 32 int16 values at `p`.
+///
+/// Inline assembly because LLVM, for a generic x86-64 target, splits the intrinsic into
+/// `vpmaddwd` + `vpaddd` — twice the instructions of the kernels' inner loop.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dpwssd(acc: &mut __m512i, w: __m512i, p: *const i16) {
+    // SAFETY: reads the 64 bytes at p (the caller's activation vector); no other effect.
+    unsafe {
+        std::arch::asm!("vpdpwssd {a}, {w}, zmmword ptr [{p}]", a = inout(zmm_reg) *acc, w = in(zmm_reg) w,
+            p = in(reg) p, options(pure, readonly, nostack, preserves_flags));
+    }
+}
+
+/// 32 bytes at `p`, zero-extended to 32 int16 lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn zext(p: *const u8) -> __m512i {
+    unsafe { _mm512_cvtepu8_epi16(_mm256_loadu_si256(p as *const __m256i)) }
+}
+
+/// The `STEP` vectors of stored values of one step (layout of [`crate::packed::encode_step`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn expand<const F: usize, const STEP: usize>(p: *const u8) -> [__m512i; STEP] {
+    let bits = FORMATS[F].1.bits;
+    let mut v = [_mm512_setzero_si512(); STEP];
+    // SAFETY: the step's bytes (the caller).
+    unsafe {
+        if bits == 8 {
+            for (t, vt) in v.iter_mut().enumerate() {
+                *vt = _mm512_cvtepi8_epi16(_mm256_loadu_si256(p.add(32 * t) as *const __m256i));
+            }
+            return v;
+        }
+        let mut at = 0;
+        if matches!(bits, 4..=6) {
+            let m4 = _mm512_set1_epi16(0x0F);
+            for e in 0..STEP / 2 {
+                let z = zext(p.add(32 * e));
+                v[2 * e] = _mm512_and_si512(z, m4);
+                v[2 * e + 1] = _mm512_srli_epi16::<4>(z);
+            }
+            at = 16 * STEP;
+        }
+        if matches!(bits, 2 | 3 | 6) {
+            let h = zext(p.add(at));
+            let m3 = _mm512_set1_epi16(3);
+            let two = |t: usize| match t {
+                0 => h,
+                1 => _mm512_srli_epi16::<2>(h),
+                2 => _mm512_srli_epi16::<4>(h),
+                _ => _mm512_srli_epi16::<6>(h),
+            };
+            for (t, vt) in v.iter_mut().enumerate() {
+                if bits == 6 {
+                    // vt | (bits 2t..2t+2 of h) << 4, by one ternary-logic op on (h shifted into place) & 0x30.
+                    let hs = match t {
+                        0 => _mm512_slli_epi16::<4>(h),
+                        1 => _mm512_slli_epi16::<2>(h),
+                        2 => h,
+                        _ => _mm512_srli_epi16::<2>(h),
+                    };
+                    *vt = _mm512_ternarylogic_epi32::<0xF8>(*vt, hs, _mm512_set1_epi16(0x30));
+                } else {
+                    *vt = _mm512_and_si512(two(t), m3);
+                }
+            }
+            at += 32;
+        }
+        if matches!(bits, 3 | 5) {
+            let add = _mm512_set1_epi16(if bits == 5 { 16 } else { 4 });
+            for (t, vt) in v.iter_mut().enumerate() {
+                let k: __mmask32 = (p.add(at + 4 * t) as *const u32).read_unaligned();
+                *vt = _mm512_mask_add_epi16(*vt, k, *vt, add);
+            }
+        }
+    }
+    v
+}
+
+/// Mask of the first `n` (≤ 16) lanes.
+#[inline]
+fn lanes(n: usize) -> __mmask16 {
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// `(vscale, mcoef)` of a chunk's groups from its header, zero beyond `hg` groups.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn scales<const F: usize>(hdr: *const u8, hg: usize) -> (__m512, __m512) {
+    let k = lanes(hg);
+    let h16 = |p: *const u8| unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p as *const i16)) };
+    // SAFETY: the header holds these fields (`header_bytes`); masked loads read no further.
+    unsafe {
+        match FORMATS[F].1.scales {
+            Scales::PerGroup { mins } => {
+                let mc = if mins { h16(hdr.add(2 * hg)) } else { _mm512_setzero_ps() };
+                (h16(hdr), mc)
+            }
+            Scales::Super { per_sb, signed, mins } => {
+                let nsb = hg.div_ceil(per_sb);
+                let ints = hg * (1 + mins as usize);
+                let int_lanes = |p: *const u8| {
+                    let b = _mm_maskz_loadu_epi8(k, p as *const i8);
+                    _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(b) } else { _mm512_cvtepu8_epi32(b) })
+                };
+                // Lane l takes its super-block's d: l / per_sb.
+                let sb_of_lane = if per_sb == 8 {
+                    _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let per_sb_f16 = |p: *const u8| {
+                    let d = _mm_cvtph_ps(_mm_maskz_loadu_epi16(lanes(nsb) as __mmask8, p as *const i16));
+                    _mm512_permutexvar_ps(sb_of_lane, _mm512_castps128_ps512(d))
+                };
+                let vs = _mm512_mul_ps(per_sb_f16(hdr.add(ints)), int_lanes(hdr));
+                let mc = if mins {
+                    let m = _mm512_mul_ps(per_sb_f16(hdr.add(ints + 2 * nsb)), int_lanes(hdr.add(hg)));
+                    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32(i32::MIN)))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                (vs, mc)
+            }
+        }
+    }
+}
+
+/// Adds each group's `s` adjacent lanes and moves group `g`'s sum to lane `g`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn gather_groups(v: __m512i, s: usize) -> __m512i {
+    let mut v = v;
+    if s >= 2 {
+        v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b10_11_00_01>(v));
+    }
+    if s >= 4 {
+        v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b01_00_11_10>(v));
+    }
+    if s >= 8 {
+        v = _mm512_add_epi32(v, _mm512_shuffle_i32x4::<0b10_11_00_01>(v, v));
+    }
+    let idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(s as i32),
+    );
+    _mm512_permutexvar_epi32(idx, v)
+}
+
+/// One chunk's groups of one (weight row, activation row) into the 8-lane accumulators, in
+/// group order: groups `g0..g0+8` then `g0+8..g0+16`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn epilogue<const F: usize>(
+    ch: &Chunk,
+    isum: __m512i,
+    vs: __m512,
+    mc: __m512,
+    x: &XRow,
+    acc: &mut __m256,
+    accm: &mut __m256,
+) {
+    let f = FORMATS[F].1;
+    let k = lanes(ch.groups);
+    let mut isum = if ch.s > 1 { gather_groups(isum, ch.s) } else { isum };
+    // SAFETY: the activation row has a scale, scaled sum and integer sum per group; masked
+    // loads read only this chunk's groups.
+    unsafe {
+        if f.bias != 0 {
+            let xs = _mm512_maskz_loadu_epi32(k, x.isum.add(ch.g0));
+            let shift = _mm_cvtsi32_si128(f.bias.trailing_zeros() as i32);
+            isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(xs, shift));
+        }
+        let fsum = _mm512_cvtepi32_ps(isum);
+        let scl = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(k, x.dx.add(ch.g0)));
+        let (lo, hi) = ((k & 0xFF) as __mmask8, (k >> 8) as __mmask8);
+        let half = |v: __m512, h: usize| {
+            if h == 0 {
+                _mm512_castps512_ps256(v)
+            } else {
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
+            }
+        };
+        *acc = _mm256_mask3_fmadd_ps(half(fsum, 0), half(scl, 0), *acc, lo);
+        if hi != 0 {
+            *acc = _mm256_mask3_fmadd_ps(half(fsum, 1), half(scl, 1), *acc, hi);
+        }
+        if f.scales.mins() {
+            let ds = _mm512_maskz_loadu_ps(k, x.dsum.add(ch.g0));
+            *accm = _mm256_mask3_fmadd_ps(half(mc, 0), half(ds, 0), *accm, lo);
+            if hi != 0 {
+                *accm = _mm256_mask3_fmadd_ps(half(mc, 1), half(ds, 1), *accm, hi);
+            }
+        }
+    }
+}
