@@ -127,6 +127,13 @@ pub(crate) fn load1<const T: u8>(p: *const u8, i: usize) -> f32 {
     }
 }
 
+/// Sum of 16 lanes as the quantized matmul's tiers add them: lane `l` and `l + 8` first, then
+/// [`hsum8`].
+#[inline]
+pub(crate) fn hsum16(a: &[f32; 16]) -> f32 {
+    hsum8(&std::array::from_fn(|l| a[l] + a[l + 8]))
+}
+
 /// Sum of 8 lanes in the association the SIMD tiers use.
 #[inline]
 pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {

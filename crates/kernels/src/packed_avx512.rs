@@ -3,8 +3,9 @@
 //! `vpdpwssd` (32 products a instruction, sixteen group sums in sixteen lanes).
 //!
 //! The float epilogue is the reduction of [`crate::qmatmul`]: per group, in group order,
-//! `acc[g mod 8] = fma(isum, vscale·dx, acc[g mod 8])` (and the minimums), so results have the
-//! same bits as the scalar tier whatever the tile, batch or thread.
+//! `acc[g mod 16] = fma(isum, vscale·dx, acc[g mod 16])` (and the minimums) — one fused
+//! multiply-add per chunk, as chunks start at multiples of 16 groups — so results have the same
+//! bits as the scalar tier whatever the tile, batch or thread.
 
 #![cfg(target_arch = "x86_64")]
 
@@ -69,8 +70,8 @@ unsafe fn tile_f<const F: usize, const C: usize>(
     prefetch: bool,
 ) -> [[f32; ROW_TILE]; C] {
     let f = FORMATS[F].1;
-    let mut acc = [[_mm256_setzero_ps(); C]; ROW_TILE];
-    let mut accm = [[_mm256_setzero_ps(); C]; ROW_TILE];
+    let mut acc = [[_mm512_setzero_ps(); C]; ROW_TILE];
+    let mut accm = [[_mm512_setzero_ps(); C]; ROW_TILE];
     assert!(t < p.tiles() && p.data.len() == ROW_TILE * p.tiles() * p.plan.row_bytes);
     let rows = [0, 1, 2, 3].map(|r| p.row_of(t, r));
     // Each band is a stream; the rows PREFETCH_TILES ahead in each are fetched meanwhile (the
@@ -117,7 +118,7 @@ unsafe fn tile_f<const F: usize, const C: usize>(
     let mut out = [[0f32; ROW_TILE]; C];
     for (c, o) in out.iter_mut().enumerate() {
         for (r, v) in o.iter_mut().enumerate() {
-            *v = x86_hsum(acc[r][c]) + x86_hsum(accm[r][c]);
+            *v = hsum16(acc[r][c]) + hsum16(accm[r][c]);
         }
     }
     out
@@ -318,8 +319,16 @@ fn gather_groups(v: __m512i, s: usize) -> __m512i {
     _mm512_permutexvar_epi32(idx, v)
 }
 
-/// One chunk's groups of one (weight row, activation row) into the 8-lane accumulators, in
-/// group order: groups `g0..g0+8` then `g0+8..g0+16`.
+/// [`crate::matmul::hsum16`] of a vector.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn hsum16(v: __m512) -> f32 {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    x86_hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
+}
+
+/// One chunk's groups of one (weight row, activation row) into the accumulators (lane `l`:
+/// group `g0 + l`; the chunk's first group is a multiple of 16).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 unsafe fn epilogue<const F: usize>(
@@ -328,8 +337,8 @@ unsafe fn epilogue<const F: usize>(
     vs: __m512,
     mc: __m512,
     x: &XRow,
-    acc: &mut __m256,
-    accm: &mut __m256,
+    acc: &mut __m512,
+    accm: &mut __m512,
 ) {
     let f = FORMATS[F].1;
     let k = lanes(ch.groups);
@@ -344,24 +353,10 @@ unsafe fn epilogue<const F: usize>(
         }
         let fsum = _mm512_cvtepi32_ps(isum);
         let scl = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(k, x.dx.add(ch.g0)));
-        let (lo, hi) = ((k & 0xFF) as __mmask8, (k >> 8) as __mmask8);
-        let half = |v: __m512, h: usize| {
-            if h == 0 {
-                _mm512_castps512_ps256(v)
-            } else {
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
-            }
-        };
-        *acc = _mm256_mask3_fmadd_ps(half(fsum, 0), half(scl, 0), *acc, lo);
-        if hi != 0 {
-            *acc = _mm256_mask3_fmadd_ps(half(fsum, 1), half(scl, 1), *acc, hi);
-        }
+        // Masked: lanes past the chunk's groups keep their accumulators exactly.
+        *acc = _mm512_mask3_fmadd_ps(fsum, scl, *acc, k);
         if f.scales.mins() {
-            let ds = _mm512_maskz_loadu_ps(k, x.dsum.add(ch.g0));
-            *accm = _mm256_mask3_fmadd_ps(half(mc, 0), half(ds, 0), *accm, lo);
-            if hi != 0 {
-                *accm = _mm256_mask3_fmadd_ps(half(mc, 1), half(ds, 1), *accm, hi);
-            }
+            *accm = _mm512_mask3_fmadd_ps(mc, _mm512_maskz_loadu_ps(k, x.dsum.add(ch.g0)), *accm, k);
         }
     }
 }

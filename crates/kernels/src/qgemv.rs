@@ -9,7 +9,6 @@
 
 use crate::ggml::GgmlType;
 use crate::matmul::x86::prefetch_lines;
-use crate::matmul::x86_hsum;
 use crate::qmatmul::octet;
 use crate::quant_act::ActRow;
 use std::arch::x86_64::*;
@@ -208,17 +207,18 @@ unsafe fn lanes32(w0: __m256i, w1: __m256i, xq: *const i16) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot32<const F: u8>(w: *const u8, x: ActRow) -> f32 {
     let blocks = x.q.len() / 32;
-    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc = octet::ZERO;
     let mut b0 = 0;
     // SAFETY: every octet stays within the row and the activation row.
     unsafe {
         while b0 + 8 <= blocks {
-            octet32::<F, 8>(w, x, b0, &mut acc);
+            octet32::<F, 8>(w, x, b0, &mut acc[b0 / 8 % 2]);
             b0 += 8;
         }
-        crate::with_tail!(blocks - b0, octet32, [F], (w, x, b0, &mut acc));
+        let a = &mut acc[b0 / 8 % 2];
+        crate::with_tail!(blocks - b0, octet32, [F], (w, x, b0, a));
     }
-    x86_hsum(acc[0]) + x86_hsum(acc[1])
+    octet::total(&acc)
 }
 
 /// Blocks `b0..b0+N` (`N ≤ 8`) of a 32-element-block format into `acc` (values, minimums).
@@ -255,7 +255,7 @@ unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usiz
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot32_pair<const F: u8>(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
     let blocks = x[0].q.len() / 32;
-    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let mut acc = [octet::ZERO; 2];
     let mut b0 = 0;
     // SAFETY: every octet stays within the row and the activation rows.
     unsafe {
@@ -265,7 +265,7 @@ unsafe fn dot32_pair<const F: u8>(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
         }
         crate::with_tail!(blocks - b0, octet32_pair, [F], (w, &x, b0, &mut acc));
     }
-    acc.map(|a| x86_hsum(a[0]) + x86_hsum(a[1]))
+    [octet::total(&acc[0]), octet::total(&acc[1])]
 }
 
 /// [`octet32`] for two activation rows: each block is expanded once, and the integer lanes of
@@ -277,7 +277,7 @@ unsafe fn octet32_pair<const F: u8, const N: usize>(
     w: *const u8,
     x: &[ActRow; 2],
     b0: usize,
-    acc: &mut [[__m256; 2]; 2],
+    acc: &mut [octet::Acc; 2],
 ) {
     let ts: usize = [18, 20, 22, 24, 34][F as usize];
     // SAFETY (all loads): the caller guarantees blocks b0..b0+N of the row and both activation rows.
@@ -299,9 +299,10 @@ unsafe fn octet32_pair<const F: u8, const N: usize>(
         let load = |p: *const f32| if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) };
         for r in 0..2 {
             let dx = load(x[r].d.as_ptr().add(b0));
-            acc[r][0] = octet::finish(acc[r][0], isums[r], vs, dx);
+            let a = &mut acc[r][b0 / 8 % 2];
+            a[0] = octet::finish(a[0], isums[r], vs, dx);
             if F == 1 || F == 3 {
-                acc[r][1] = _mm256_fmadd_ps(m, load(x[r].dsum32.as_ptr().add(b0)), acc[r][1]);
+                a[1] = _mm256_fmadd_ps(m, load(x[r].dsum32.as_ptr().add(b0)), a[1]);
             }
         }
     }
@@ -336,8 +337,7 @@ unsafe fn block_scales<const N: usize>(blk0: *const u8, ts: usize) -> (__m256, _
 /// Q4_K: one 256-element super-block is exactly one octet of 32-element groups.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4k(w: *const u8, x: ActRow) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = _mm256_setzero_ps();
+    let mut acc = octet::ZERO;
     for b in 0..x.q.len() / 256 {
         // SAFETY: super-block b of this row and of the activation row exist.
         unsafe {
@@ -355,18 +355,19 @@ unsafe fn dot_q4k(w: *const u8, x: ActRow) -> f32 {
                 lanes[2 * c + 1] = lanes32(h0, h1, xq.add(64 * c + 32));
             }
             let dx = _mm256_loadu_ps(x.d.as_ptr().add(8 * b));
-            acc = octet::finish(acc, octet::reduce8(&lanes), vs, dx);
-            accm = _mm256_fmadd_ps(mc, _mm256_loadu_ps(x.dsum32.as_ptr().add(8 * b)), accm);
+            let a = &mut acc[b % 2]; // a super-block is one octet
+            a[0] = octet::finish(a[0], octet::reduce8(&lanes), vs, dx);
+            a[1] = _mm256_fmadd_ps(mc, _mm256_loadu_ps(x.dsum32.as_ptr().add(8 * b)), a[1]);
         }
     }
-    x86_hsum(acc) + x86_hsum(accm)
+    octet::total(&acc)
 }
 
 /// [`dot_q4k`] for two activation rows: each super-block is expanded once for both, and the
 /// integer lanes reduced pairwise as made (the same exact sums as [`octet::reduce8`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4k_pair(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
-    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let mut acc = [octet::ZERO; 2];
     let m4 = _mm256_set1_epi16(0x0F);
     for b in 0..x[0].q.len() / 256 {
         // SAFETY: super-block b of this row and of both activation rows exist.
@@ -388,13 +389,14 @@ unsafe fn dot_q4k_pair(w: *const u8, x: [ActRow; 2]) -> [f32; 2] {
                 let u0 = _mm256_hadd_epi32(c0[r], c1[r]);
                 let u1 = _mm256_hadd_epi32(c2[r], c3[r]);
                 let dx = _mm256_loadu_ps(x[r].d.as_ptr().add(8 * b));
-                acc[r][0] = octet::finish(acc[r][0], octet::combine_halves(u0, u1), vs, dx);
+                let a = &mut acc[r][b % 2];
+                a[0] = octet::finish(a[0], octet::combine_halves(u0, u1), vs, dx);
                 let ds = _mm256_loadu_ps(x[r].dsum32.as_ptr().add(8 * b));
-                acc[r][1] = _mm256_fmadd_ps(mc, ds, acc[r][1]);
+                a[1] = _mm256_fmadd_ps(mc, ds, a[1]);
             }
         }
     }
-    acc.map(|a| x86_hsum(a[0]) + x86_hsum(a[1]))
+    [octet::total(&acc[0]), octet::total(&acc[1])]
 }
 
 /// The eight group scales `d·sc` and minimum coefficients `-(dmin·m)` of a Q4_K super-block, as
@@ -426,7 +428,7 @@ unsafe fn q4k_scales(blk: *const u8) -> (__m256, __m256) {
 /// Q6_K: one super-block is 16 groups of 16 elements — two octets.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q6k(w: *const u8, x: ActRow) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = octet::ZERO;
     let m4 = _mm256_set1_epi8(0x0F);
     let m30 = _mm256_set1_epi8(0x30);
     for b in 0..x.q.len() / 256 {
@@ -460,11 +462,12 @@ unsafe fn dot_q6k(w: *const u8, x: ActRow) -> f32 {
                 let scales = _mm_loadl_epi64(sc.add(8 * half) as *const __m128i);
                 let vs = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
                 let dx = _mm256_loadu_ps(x.d16.as_ptr().add(g0));
-                acc = octet::finish(acc, octet::reduce8(&lanes), vs, dx);
+                // Octet 2b + half: its parity is `half`.
+                acc[half][0] = octet::finish(acc[half][0], octet::reduce8(&lanes), vs, dx);
             }
         }
     }
-    x86_hsum(acc) + x86_hsum(_mm256_setzero_ps())
+    octet::total(&acc)
 }
 
 #[inline]

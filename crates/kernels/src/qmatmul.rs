@@ -5,16 +5,17 @@
 //! group `g` (16 or 32 elements) in order:
 //!
 //! - `isum_g = Σ q_w · q_x` over the group, in integers (exact, so its internal order is free);
-//! - `acc[g mod 8] = fma(isum_g as f32, vscale_g · dx_g, acc[g mod 8])`;
-//! - with minimums: `accm[g mod 8] = fma(mcoef_g, (dx·Σq_x)_g, accm[g mod 8])`;
+//! - `acc[g mod 16] = fma(isum_g as f32, vscale_g · dx_g, acc[g mod 16])`;
+//! - with minimums: `accm[g mod 16] = fma(mcoef_g, (dx·Σq_x)_g, accm[g mod 16])`;
 //!
-//! and the result is `hsum(acc) + hsum(accm)` with the fixed 8-lane horizontal sum. Putting
-//! eight consecutive groups in the eight lanes lets SIMD tiers finish eight groups with one
-//! convert, one multiply and one fused multiply-add. The scalar tier computes exactly this, so
-//! every tier is bit-identical to it.
+//! and the result is `hsum16(acc) + hsum16(accm)` with the fixed horizontal sum
+//! ([`crate::matmul::hsum16`]). Sixteen consecutive groups in sixteen lanes let the AVX-512
+//! tier finish a chunk of sixteen groups with one convert, one multiply and one fused
+//! multiply-add; the AVX2 tier keeps two 8-lane accumulators and alternates octets between
+//! them. The scalar tier computes exactly this, so every tier is bit-identical to it.
 
 use crate::isa::Tier;
-use crate::matmul::{SyncPtr, hsum8};
+use crate::matmul::{SyncPtr, hsum16};
 use crate::pool;
 use crate::qpanel::Panel;
 use crate::quant_act::{ActRow, QuantizedActs};
@@ -133,17 +134,17 @@ pub fn dot_scalar(p: &Panel, row: usize, x: ActRow) -> f32 {
     let q = &p.q[row * k..(row + 1) * k];
     let vs = &p.vscale[row * groups..(row + 1) * groups];
     let (dx, dsum) = (x.group_scale(g), x.group_dsum(g));
-    let mut acc = [0f32; 8];
-    let mut accm = [0f32; 8];
+    let mut acc = [0f32; 16];
+    let mut accm = [0f32; 16];
     for gi in 0..groups {
         let t = gi * g..(gi + 1) * g;
         let isum: i32 = q[t.clone()].iter().zip(&x.q[t]).map(|(&a, &b)| a as i32 * b as i32).sum();
-        acc[gi % 8] = (isum as f32).mul_add(vs[gi] * dx[gi], acc[gi % 8]);
+        acc[gi % 16] = (isum as f32).mul_add(vs[gi] * dx[gi], acc[gi % 16]);
         if let Some(mc) = &p.mcoef {
-            accm[gi % 8] = mc[row * groups + gi].mul_add(dsum[gi], accm[gi % 8]);
+            accm[gi % 16] = mc[row * groups + gi].mul_add(dsum[gi], accm[gi % 16]);
         }
     }
-    hsum8(&acc) + hsum8(&accm)
+    hsum16(&acc) + hsum16(&accm)
 }
 
 /// Shared by the panel and fused x86 kernels: eight groups' integer lanes → one vector of their
@@ -221,6 +222,19 @@ pub(crate) mod octet {
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(isums), _mm256_mul_ps(vs, dx), acc)
     }
 
+    /// Accumulators of one output: `[octet parity][values, minimums]` (lanes `g mod 16`).
+    pub type Acc = [[__m256; 2]; 2];
+
+    pub const ZERO: Acc = unsafe { std::mem::transmute([0f32; 32]) };
+
+    /// The result from the accumulators: `hsum16(values) + hsum16(minimums)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn total(a: &Acc) -> f32 {
+        use crate::matmul::x86_hsum;
+        x86_hsum(_mm256_add_ps(a[0][0], a[1][0])) + x86_hsum(_mm256_add_ps(a[0][1], a[1][1]))
+    }
+
     /// Loads `n ≤ 8` floats into the low lanes, zeros above (zero lanes leave accumulators as
     /// they are: `fma(0, 0, a) = a`).
     #[inline]
@@ -236,7 +250,6 @@ pub(crate) mod octet {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::matmul::x86_hsum;
     use std::arch::x86_64::*;
 
     /// The first `out.len()` panel rows against one activation row, eight groups at a time.
@@ -273,14 +286,15 @@ mod x86 {
                 let q = p.q.as_ptr().add(row * k);
                 let vs = p.vscale.as_ptr().add(row * groups);
                 let mc = if MINS { mc.add(row * groups) } else { mc };
-                let mut acc = [_mm256_setzero_ps(); 2];
+                let mut acc = octet::ZERO;
                 let mut g0 = 0;
                 while g0 + 8 <= groups {
-                    octet_g::<G, MINS, 8>(q, xq, vs, mc, dx, dsum, g0, &mut acc);
+                    octet_g::<G, MINS, 8>(q, xq, vs, mc, dx, dsum, g0, &mut acc[g0 / 8 % 2]);
                     g0 += 8;
                 }
-                crate::with_tail!(groups - g0, octet_g, [G, MINS], (q, xq, vs, mc, dx, dsum, g0, &mut acc));
-                *o = x86_hsum(acc[0]) + x86_hsum(acc[1]);
+                let a = &mut acc[g0 / 8 % 2];
+                crate::with_tail!(groups - g0, octet_g, [G, MINS], (q, xq, vs, mc, dx, dsum, g0, a));
+                *o = octet::total(&acc);
             }
         }
     }
@@ -326,15 +340,15 @@ mod x86 {
                 let q = p.q.as_ptr().add(row * k);
                 let vs = p.vscale.as_ptr().add(row * groups);
                 let mc = if MINS { mc.add(row * groups) } else { mc };
-                let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+                let mut acc = [octet::ZERO; 2];
                 let mut g0 = 0;
                 while g0 + 8 <= groups {
                     pair_octet::<G, MINS, 8>(q, vs, mc, &xs, g0, &mut acc);
                     g0 += 8;
                 }
                 crate::with_tail!(groups - g0, pair_octet, [G, MINS], (q, vs, mc, &xs, g0, &mut acc));
-                *a = x86_hsum(acc[0][0]) + x86_hsum(acc[0][1]);
-                *b = x86_hsum(acc[1][0]) + x86_hsum(acc[1][1]);
+                *a = octet::total(&acc[0]);
+                *b = octet::total(&acc[1]);
             }
         }
     }
@@ -348,7 +362,7 @@ mod x86 {
         mc: *const f32,
         xs: &[RowPtrs; 2],
         g0: usize,
-        acc: &mut [[__m256; 2]; 2],
+        acc: &mut [octet::Acc; 2],
     ) {
         // SAFETY (all loads): the caller guarantees groups g0..g0+N of the panel row and both rows.
         let lanes = |g: usize| -> [__m256i; 2] {
@@ -378,9 +392,10 @@ mod x86 {
         let m = if MINS { load(unsafe { mc.add(g0) }) } else { _mm256_setzero_ps() };
         for r in 0..2 {
             let (_, dx, dsum) = xs[r];
-            acc[r][0] = octet::finish(acc[r][0], isums[r], v, load(unsafe { dx.add(g0) }));
+            let a = &mut acc[r][g0 / 8 % 2];
+            a[0] = octet::finish(a[0], isums[r], v, load(unsafe { dx.add(g0) }));
             if MINS {
-                acc[r][1] = _mm256_fmadd_ps(m, load(unsafe { dsum.add(g0) }), acc[r][1]);
+                a[1] = _mm256_fmadd_ps(m, load(unsafe { dsum.add(g0) }), a[1]);
             }
         }
     }
