@@ -437,7 +437,8 @@ unsafe fn dot_q6k(w: *const u8, x: ActRow) -> f32 {
             let blk = w.add(b * 210);
             let d = f16_at(blk.add(208));
             let sc = blk.add(192);
-            for half in 0..2 {
+            // Octet 2b + half: its parity is `half`.
+            for (half, acc_h) in acc.iter_mut().enumerate() {
                 let ql0 = _mm256_loadu_si256(blk.add(64 * half) as *const __m256i);
                 let ql1 = _mm256_loadu_si256(blk.add(64 * half + 32) as *const __m256i);
                 let qh = _mm256_loadu_si256(blk.add(128 + 32 * half) as *const __m256i);
@@ -462,8 +463,7 @@ unsafe fn dot_q6k(w: *const u8, x: ActRow) -> f32 {
                 let scales = _mm_loadl_epi64(sc.add(8 * half) as *const __m128i);
                 let vs = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
                 let dx = _mm256_loadu_ps(x.d16.as_ptr().add(g0));
-                // Octet 2b + half: its parity is `half`.
-                acc[half][0] = octet::finish(acc[half][0], octet::reduce8(&lanes), vs, dx);
+                acc_h[0] = octet::finish(acc_h[0], octet::reduce8(&lanes), vs, dx);
             }
         }
     }
