@@ -295,7 +295,7 @@ pub fn matmul(p: &Packed, a: &QuantizedActs, qi: &[i16], out: &mut [f32]) {
     let (n, m) = (p.rows, a.m);
     assert!(a.k == p.cols && qi.len() == m * p.plan.x_len && out.len() == m * n);
     assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
-    const ACT_BLOCK: usize = 32;
+    const ACT_BLOCK: usize = 16;
     let threads = crate::pool::global().n_threads();
     let tiles = p.tiles();
     let per = tiles.div_ceil(threads * 4).clamp(1, 32);

@@ -116,12 +116,56 @@ unsafe fn tile_f<const F: usize, const C: usize>(
     }
     let _ = f;
     let mut out = [[0f32; ROW_TILE]; C];
+    if C == 1 {
+        for (r, v) in out[0].iter_mut().enumerate() {
+            *v = hsum16(acc[r][0]) + hsum16(accm[r][0]);
+        }
+        return out;
+    }
+    // All outputs at once: vector 4c + r is output (r, c).
+    let pick = |a: &[[__m512; C]; ROW_TILE], i: usize| if i / 4 < C { a[i % 4][i / 4] } else { _mm512_setzero_ps() };
+    let sums = _mm512_add_ps(
+        hsum16_x16(&std::array::from_fn(|i| pick(&acc, i))),
+        hsum16_x16(&std::array::from_fn(|i| pick(&accm, i))),
+    );
+    let mut lanes = [0f32; 16];
+    // SAFETY: 16 floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sums) };
     for (c, o) in out.iter_mut().enumerate() {
         for (r, v) in o.iter_mut().enumerate() {
-            *v = hsum16(acc[r][c]) + hsum16(accm[r][c]);
+            *v = lanes[hsum16_x16_lane(4 * c + r)];
         }
     }
     out
+}
+
+/// The lane of [`hsum16_x16`]'s result that holds vector `i`'s sum.
+const fn hsum16_x16_lane(i: usize) -> usize {
+    4 * (i % 4) + i / 4
+}
+
+/// [`hsum16`] of sixteen vectors at once, by a transposing reduction that performs the same
+/// additions in the same association: `b = lo + hi` halves, `c_l = b_l + b_{l+4}`,
+/// `d = (c0 + c2, c1 + c3)`, `d0 + d1`. Vector `i`'s sum lands in lane [`hsum16_x16_lane`]`(i)`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn hsum16_x16(v: &[__m512; 16]) -> __m512 {
+    // b: vector pairs' 256-bit halves added; w[i] holds b of v[2i] (low half) and v[2i+1].
+    let w: [__m512; 8] = std::array::from_fn(|i| {
+        let (a, b) = (v[2 * i], v[2 * i + 1]);
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b01_00_01_00>(a, b), _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b))
+    });
+    // c: 128-bit quarters added; u[j]'s quarter k holds c0..c3 of v[4j + k].
+    let u: [__m512; 4] = std::array::from_fn(|j| {
+        let (a, b) = (w[2 * j], w[2 * j + 1]);
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(a, b), _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b))
+    });
+    // d: within quarters, (c0 + c2, c1 + c3) of two vectors side by side.
+    let z: [__m512; 2] = std::array::from_fn(|k| {
+        let (a, b) = (u[2 * k], u[2 * k + 1]);
+        _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+    });
+    _mm512_add_ps(_mm512_shuffle_ps::<0x88>(z[0], z[1]), _mm512_shuffle_ps::<0xDD>(z[0], z[1]))
 }
 
 /// The integer lanes of one chunk: `Σ_v vpdpwssd(w_v, x_v)` for each of the four rows and
@@ -298,24 +342,25 @@ unsafe fn scales<const F: usize>(hdr: *const u8, hg: usize) -> (__m512, __m512) 
     }
 }
 
-/// Adds each group's `s` adjacent lanes and moves group `g`'s sum to lane `g`.
+/// Adds each group's `S` adjacent lanes and moves group `g`'s sum to lane `g`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn gather_groups(v: __m512i, s: usize) -> __m512i {
+fn gather_groups<const S: usize>(v: __m512i) -> __m512i {
     let mut v = v;
-    if s >= 2 {
+    if S >= 2 {
         v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b10_11_00_01>(v));
     }
-    if s >= 4 {
+    if S >= 4 {
         v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b01_00_11_10>(v));
     }
-    if s >= 8 {
+    if S >= 8 {
         v = _mm512_add_epi32(v, _mm512_shuffle_i32x4::<0b10_11_00_01>(v, v));
     }
-    let idx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(s as i32),
-    );
+    let idx = match S {
+        2 => _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0),
+        4 => _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        _ => _mm512_setr_epi32(0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+    };
     _mm512_permutexvar_epi32(idx, v)
 }
 
@@ -342,7 +387,12 @@ unsafe fn epilogue<const F: usize>(
 ) {
     let f = FORMATS[F].1;
     let k = lanes(ch.groups);
-    let mut isum = if ch.s > 1 { gather_groups(isum, ch.s) } else { isum };
+    let mut isum = match ch.s {
+        1 => isum,
+        2 => gather_groups::<2>(isum),
+        4 => gather_groups::<4>(isum),
+        _ => gather_groups::<8>(isum),
+    };
     // SAFETY: the activation row has a scale, scaled sum and integer sum per group; masked
     // loads read only this chunk's groups.
     unsafe {
