@@ -272,7 +272,7 @@ impl VecOps {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
             // SAFETY: as above.
-            return unsafe { x86::axpys::<T>(acc, w, v, stride) };
+            return unsafe { x86::axpys::<T>(acc, w, v, stride, self.0 == crate::isa::Tier::Avx512) };
         }
         for (j, &wj) in w.iter().enumerate() {
             // SAFETY: row j exists (caller).
@@ -331,8 +331,71 @@ mod x86 {
         }
     }
 
+    /// `acc += Σ_j w[j] · row j`. Each element sums its own products in row order, so any
+    /// vector width gives the same bits: common head sizes keep `acc` in registers (zmm on the
+    /// AVX-512 tier), others go through memory.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn axpys<const T: u8>(acc: &mut [f32], w: &[f32], v: *const u8, stride: usize) {
+    pub(super) unsafe fn axpys<const T: u8>(acc: &mut [f32], w: &[f32], v: *const u8, stride: usize, wide: bool) {
+        // SAFETY: as vouched by the caller; `wide` only where the tier has AVX-512.
+        unsafe {
+            match (acc.len(), wide) {
+                (64, true) => axpys_zmm::<T, 4>(acc, w, v, stride),
+                (128, true) => axpys_zmm::<T, 8>(acc, w, v, stride),
+                (256, true) => axpys_zmm::<T, 16>(acc, w, v, stride),
+                (64, false) => axpys_ymm::<T, 8>(acc, w, v, stride),
+                (128, false) => axpys_ymm::<T, 16>(acc, w, v, stride),
+                _ => axpys_any::<T>(acc, w, v, stride),
+            }
+        }
+    }
+
+    /// [`axpys`] for `8·N` elements, accumulated in `N` ymm registers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpys_ymm<const T: u8, const N: usize>(acc: &mut [f32], w: &[f32], v: *const u8, stride: usize) {
+        assert_eq!(acc.len(), 8 * N);
+        // SAFETY: acc holds 8·N floats; rows j < w.len() hold 8·N elements (caller).
+        unsafe {
+            let mut a: [__m256; N] = std::array::from_fn(|i| _mm256_loadu_ps(acc.as_ptr().add(8 * i)));
+            for (j, &wj) in w.iter().enumerate() {
+                let (row, wv) = (v.add(j * stride), _mm256_set1_ps(wj));
+                for (i, ai) in a.iter_mut().enumerate() {
+                    *ai = _mm256_fmadd_ps(wv, load8::<T>(row, 8 * i), *ai);
+                }
+            }
+            for (i, ai) in a.iter().enumerate() {
+                _mm256_storeu_ps(acc.as_mut_ptr().add(8 * i), *ai);
+            }
+        }
+    }
+
+    /// [`axpys`] for `16·N` elements, accumulated in `N` zmm registers.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn axpys_zmm<const T: u8, const N: usize>(acc: &mut [f32], w: &[f32], v: *const u8, stride: usize) {
+        assert_eq!(acc.len(), 16 * N);
+        // SAFETY: as for axpys_ymm, with 16·N elements.
+        unsafe {
+            let load16 = |row: *const u8, i: usize| match T {
+                0 => _mm512_loadu_ps((row as *const f32).add(i)),
+                1 => _mm512_cvtph_ps(_mm256_loadu_si256(row.add(2 * i) as *const __m256i)),
+                _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                    row.add(2 * i) as *const __m256i,
+                )))),
+            };
+            let mut a: [__m512; N] = std::array::from_fn(|i| _mm512_loadu_ps(acc.as_ptr().add(16 * i)));
+            for (j, &wj) in w.iter().enumerate() {
+                let (row, wv) = (v.add(j * stride), _mm512_set1_ps(wj));
+                for (i, ai) in a.iter_mut().enumerate() {
+                    *ai = _mm512_fmadd_ps(wv, load16(row, 16 * i), *ai);
+                }
+            }
+            for (i, ai) in a.iter().enumerate() {
+                _mm512_storeu_ps(acc.as_mut_ptr().add(16 * i), *ai);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpys_any<const T: u8>(acc: &mut [f32], w: &[f32], v: *const u8, stride: usize) {
         let n = acc.len();
         let n8 = n / 8 * 8;
         for (j, &wj) in w.iter().enumerate() {
@@ -451,11 +514,18 @@ mod tests {
         out
     }
 
-    /// Every KV dtype and tier: equal to dense f64 attention over the stored (rounded) K/V, the same
-    /// bits whatever the chunking, and the same bits on every tier.
+    /// Every KV dtype and tier, and head sizes with and without register-resident kernels:
+    /// equal to dense f64 attention over the stored (rounded) K/V, the same bits whatever the
+    /// chunking, and the same bits on every tier.
     #[test]
     fn paged_chunked_equals_dense_and_is_chunk_and_tier_invariant() {
-        let (n, heads, kvh, hd, bs) = (37, 4, 2, 20, 4);
+        for hd in [20, 64, 128, 256] {
+            chunk_and_tier_invariant(hd);
+        }
+    }
+
+    fn chunk_and_tier_invariant(hd: usize) {
+        let (n, heads, kvh, bs) = (37, 4, 2, 4);
         let q = rand_vec(n * heads * hd, 1);
         let k = rand_vec(n * kvh * hd, 2);
         let v = rand_vec(n * kvh * hd, 3);
@@ -481,13 +551,14 @@ mod tests {
                         for (a, b) in out.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < 1e-5,
-                                "{dtype:?} {tier:?} chunk {chunk} {window:?}: {a} vs {b}"
+                                "hd {hd} {dtype:?} {tier:?} chunk {chunk} {window:?}: {a} vs {b}"
                             );
                         }
                         outs.push(out);
                     }
                 }
-                assert!(outs.windows(2).all(|w| w[0] == w[1]), "{dtype:?} {window:?}: chunking or tier changed bits");
+                let same = outs.windows(2).all(|w| w[0] == w[1]);
+                assert!(same, "hd {hd} {dtype:?} {window:?}: chunking or tier changed bits");
             }
         }
     }
