@@ -33,7 +33,7 @@ impl SyncPtr {
 thread_local! {
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
     /// Activations interleaved for packed weights.
-    static INTERLEAVED: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
+    static INTERLEAVED: RefCell<crate::packed::Interleaved> = RefCell::new(Default::default());
 }
 
 /// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
@@ -49,7 +49,7 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
                 INTERLEAVED.with(|qi| {
                     let mut qi = qi.borrow_mut();
                     p.plan.interleave(&a.q, m, &mut qi);
-                    crate::packed::matmul(p, &a, &qi, out);
+                    crate::packed::matmul(p, &a, qi.as_slice(), out);
                 });
                 return;
             }
