@@ -170,7 +170,8 @@ impl Plan {
                 }
             }
         }
-        Plan { group, k, chunks, row_bytes: offset, x_len: x_offset, xmap }
+        // Rows start at multiples of 32 bytes, so aligned planes stay aligned in every row.
+        Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xmap }
     }
 
     /// Lays out `m` rows of int16 activations (`m × k`, natural order) into `out` (`m × x_len`),
@@ -188,32 +189,55 @@ impl Plan {
     }
 }
 
-/// Interleaved activations, 64-byte aligned: every vector the kernels read is one cache line
-/// (from a plain `Vec<i16>` every 64-byte load straddled two lines — half the dot rate).
+/// Bytes in 64-byte-aligned storage, so that vectors at multiples of 32 or 64 bytes never
+/// straddle cache lines (a plain `Vec` from malloc is 16-byte aligned).
 #[derive(Default)]
-pub struct Interleaved {
+pub struct Aligned {
     lines: Vec<Line>,
     len: usize,
 }
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Line([i16; 32]);
+struct Line([u8; 64]);
+
+impl Aligned {
+    /// `len` zero bytes, reusing the allocation.
+    pub fn reset(&mut self, len: usize) -> &mut [u8] {
+        self.lines.clear();
+        self.lines.resize(len.div_ceil(64), Line([0; 64]));
+        self.len = len;
+        self.bytes_mut()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `lines` holds at least `len` contiguous bytes (Line has no padding).
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.len) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, self.len) }
+    }
+}
+
+/// Interleaved activations ([`Plan::interleave`]), 64-byte aligned: every vector the kernels
+/// read is one cache line (from a `Vec<i16>` each 64-byte load straddled two: half the rate).
+#[derive(Default)]
+pub struct Interleaved(Aligned);
 
 impl Interleaved {
-    /// `len` zeros (a multiple of 32), reusing the allocation.
+    /// `len` zero values, reusing the allocation.
     fn reset(&mut self, len: usize) -> &mut [i16] {
-        assert!(len.is_multiple_of(32));
-        self.lines.clear();
-        self.lines.resize(len / 32, Line([0; 32]));
-        self.len = len;
-        // SAFETY: `lines` holds `len` contiguous i16 (Line is 32 of them, no padding).
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut i16, len) }
+        let b = self.0.reset(2 * len);
+        // SAFETY: 64-byte-aligned storage of 2·len bytes holds len i16.
+        unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut i16, len) }
     }
 
     pub fn as_slice(&self) -> &[i16] {
+        let b = self.0.bytes();
         // SAFETY: as in `reset`.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const i16, self.len) }
+        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const i16, b.len() / 2) }
     }
 }
 
@@ -227,7 +251,7 @@ pub struct Packed {
     pub cols: usize,
     pub plan: Plan,
     /// `ROW_TILE · tiles()` rows of `plan.row_bytes` (the rows past `rows` are zero).
-    pub data: Vec<u8>,
+    pub data: Aligned,
 }
 
 impl Packed {
@@ -248,7 +272,7 @@ impl Packed {
 
     /// Bytes held (the weight's memory cost).
     pub fn size(&self) -> usize {
-        self.data.len()
+        self.data.bytes().len()
     }
 
     /// Repacks `w`; `None` if its format has no packed layout. Rows are packed in parallel on
@@ -259,9 +283,9 @@ impl Packed {
         let group = group_of(w.ty);
         let plan = Plan::new(format, group, w.cols);
         let rb = plan.row_bytes;
-        let mut data = vec![0u8; w.rows.div_ceil(ROW_TILE) * ROW_TILE * rb];
-        let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, plan, data: Vec::new() };
-        let out = SendPtr(data.as_mut_ptr());
+        let mut data = Aligned::default();
+        let out = SendPtr(data.reset(w.rows.div_ceil(ROW_TILE) * ROW_TILE * rb).as_mut_ptr());
+        let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, plan, data: Aligned::default() };
         const ROWS_PER_TASK: usize = 64;
         crate::pool::global().run(w.rows.div_ceil(ROWS_PER_TASK), &|task| {
             for row in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(w.rows) {
@@ -604,7 +628,7 @@ mod tests {
                 for row in 0..rows {
                     for c in &p.plan.chunks {
                         let at = p.chunk_at(row, c);
-                        let chunk = &p.data[at..at + c.bytes];
+                        let chunk = &p.data.bytes()[at..at + c.bytes];
                         let hb = header_bytes(f, c.groups);
                         let (vs, mc) = header_scales(f, &chunk[..hb], c.groups);
                         let step = c.step();

@@ -72,7 +72,7 @@ unsafe fn tile_f<const F: usize, const C: usize>(
     let f = FORMATS[F].1;
     let mut acc = [[_mm512_setzero_ps(); C]; ROW_TILE];
     let mut accm = [[_mm512_setzero_ps(); C]; ROW_TILE];
-    assert!(t < p.tiles() && p.data.len() == ROW_TILE * p.tiles() * p.plan.row_bytes);
+    assert!(t < p.tiles() && p.data.bytes().len() == ROW_TILE * p.tiles() * p.plan.row_bytes);
     let rows = [0, 1, 2, 3].map(|r| p.row_of(t, r));
     // Each band is a stream; the rows PREFETCH_TILES ahead in each are fetched meanwhile (the
     // hardware prefetcher ramps up too slowly over a task's short streams). Only on the first
@@ -81,11 +81,11 @@ unsafe fn tile_f<const F: usize, const C: usize>(
     if prefetch && ahead < p.tiles() {
         for r in 0..ROW_TILE {
             let at = p.row_of(ahead, r) * p.plan.row_bytes;
-            crate::matmul::x86::prefetch_lines(p.data[at..].as_ptr(), p.plan.row_bytes);
+            crate::matmul::x86::prefetch_lines(p.data.bytes()[at..].as_ptr(), p.plan.row_bytes);
         }
     }
     for ch in &p.plan.chunks {
-        let base: [*const u8; ROW_TILE] = std::array::from_fn(|r| p.data[p.chunk_at(rows[r], ch)..].as_ptr());
+        let base: [*const u8; ROW_TILE] = std::array::from_fn(|r| p.data.bytes()[p.chunk_at(rows[r], ch)..].as_ptr());
         let hb = header_bytes(f, ch.groups);
         // SAFETY: the chunk's bytes are within the tile (assert above, offsets from the plan);
         // activation rows hold the chunk's `v × 32` values at `x_offset` (the caller).
