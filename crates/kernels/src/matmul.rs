@@ -41,23 +41,53 @@ thread_local! {
 pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     let tier = isa::tier();
     if w.ty.is_quantized() {
-        ACTS.with(|a| {
-            let mut a = a.borrow_mut();
-            a.quantize_into(x, m, w.cols);
+        matmul_many(x, m, &[w], &mut [out]);
+    } else {
+        matmul_dense(tier, x, m, w, out)
+    }
+}
+
+/// [`matmul`] of the same `x` by several weights (q/k/v, gate/up): quantized weights share one
+/// quantization of `x`, and packed weights of one layout one interleave and one pool job.
+pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
+    assert_eq!(ws.len(), outs.len());
+    let tier = isa::tier();
+    let cols = ws[0].cols;
+    if !ws.iter().all(|w| w.ty.is_quantized() && w.cols == cols) {
+        ws.iter().zip(outs.iter_mut()).for_each(|(w, o)| matmul(x, m, w, o));
+        return;
+    }
+    assert_eq!(x.len(), m * cols, "matmul: x is not {m} x {cols}");
+    ACTS.with(|a| {
+        let mut a = a.borrow_mut();
+        a.quantize_into(x, m, cols);
+        #[cfg(target_arch = "x86_64")]
+        if tier == Tier::Avx512 {
+            let packed: [Option<&crate::packed::Packed>; 4] = std::array::from_fn(|i| ws.get(i)?.packed.as_deref());
+            let n = ws.len();
+            if n <= 4 && packed[..n].iter().all(|p| p.is_some_and(|p| p.plan.same_layout(&packed[0].unwrap().plan))) {
+                let ps: [&crate::packed::Packed; 4] = std::array::from_fn(|i| packed[i.min(n - 1)].unwrap());
+                INTERLEAVED.with(|qi| {
+                    let mut qi = qi.borrow_mut();
+                    ps[0].plan.interleave(&a.q, m, &mut qi);
+                    crate::packed::matmul_many(&ps[..n], &a, qi.as_slice(), outs);
+                });
+                return;
+            }
+        }
+        for (w, o) in ws.iter().zip(outs.iter_mut()) {
             #[cfg(target_arch = "x86_64")]
             if let (Tier::Avx512, Some(p)) = (tier, &w.packed) {
                 INTERLEAVED.with(|qi| {
                     let mut qi = qi.borrow_mut();
                     p.plan.interleave(&a.q, m, &mut qi);
-                    crate::packed::matmul(p, &a, qi.as_slice(), out);
+                    crate::packed::matmul(p, &a, qi.as_slice(), o);
                 });
-                return;
+                continue;
             }
-            crate::qmatmul::qmatmul(tier, &a, w, out);
-        });
-    } else {
-        matmul_dense(tier, x, m, w, out)
-    }
+            crate::qmatmul::qmatmul(tier, &a, w, o);
+        }
+    });
 }
 
 /// f32 matmul for dense weights (f32/f16/bf16), converted to f32 as they are read.
@@ -318,7 +348,6 @@ pub(crate) mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(not(target_arch = "x86_64"))]
     use crate::ggml::GgmlType;
     use crate::testing::{quantize_random, rand_vec};
 
@@ -378,6 +407,41 @@ mod tests {
                     let mut few = vec![0f32; m * 70];
                     matmul_dense(tier, &x[3 * k..(3 + m) * k], m, &w, &mut few);
                     assert_eq!(few, all[3 * 70..(3 + m) * 70], "{tier:?} {} {m} rows", ty.name());
+                }
+            }
+        }
+    }
+
+    /// Several weights on one input (one quantization, one packed job where layouts agree) give
+    /// each weight's scalar-tier bits: same layout (Q5_0 + Q8_0, as Qwen's q/k/v), different
+    /// layouts (Q6_K's 16-element groups beside Q4_K), and dense weights among them.
+    #[test]
+    fn matmul_many_equals_each_weight_alone() {
+        use crate::quant_act::QuantizedActs;
+        let sets: [(&[GgmlType], usize); 3] = [
+            (&[GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0], 896),
+            (&[GgmlType::Q4K, GgmlType::Q6K], 512),
+            (&[GgmlType::BF16, GgmlType::Q4_1], 96),
+        ];
+        for (types, k) in sets {
+            let ws: Vec<Weight> = types
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| quantize_random(t, 9 + 4 * i, k, i as u64).for_matmul())
+                .collect();
+            for m in [1, 5] {
+                let x = rand_vec(m * k, 8);
+                let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; m * w.rows]).collect();
+                let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                matmul_many(&x, m, &ws.iter().collect::<Vec<_>>(), &mut slices);
+                for (w, got) in ws.iter().zip(&outs) {
+                    let mut want = vec![0f32; m * w.rows];
+                    if w.ty.is_quantized() {
+                        crate::qmatmul::qmatmul(Tier::Scalar, &QuantizedActs::quantize(&x, m, k), w, &mut want);
+                    } else {
+                        matmul_dense(Tier::Scalar, &x, m, w, &mut want);
+                    }
+                    assert_eq!(got, &want, "{} among {types:?}, m = {m}", w.ty.name());
                 }
             }
         }

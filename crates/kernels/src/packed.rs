@@ -174,6 +174,11 @@ impl Plan {
         Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xmap }
     }
 
+    /// Whether activations interleaved for `other` suit this plan too.
+    pub fn same_layout(&self, other: &Plan) -> bool {
+        self.group == other.group && self.k == other.k && self.chunks == other.chunks
+    }
+
     /// Lays out `m` rows of int16 activations (`m × k`, natural order) into `out` (`m × x_len`),
     /// zero where no value goes.
     pub fn interleave(&self, q: &[i16], m: usize, out: &mut Interleaved) {
@@ -339,34 +344,55 @@ impl Packed {
 }
 
 /// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`) and
-/// interleaved by `p.plan` (`qi`). Tasks take runs of tiles; within a task, activation rows go
-/// in blocks that stay in L1, four at a time against each tile.
+/// interleaved by `p.plan` (`qi`).
 #[cfg(target_arch = "x86_64")]
 pub fn matmul(p: &Packed, a: &QuantizedActs, qi: &[i16], out: &mut [f32]) {
+    matmul_many(&[p], a, qi, &mut [out]);
+}
+
+/// [`matmul`] for up to four weights of one layout ([`Plan::same_layout`]) and the same
+/// activations, as one job on the pool (q/k/v or gate/up: one quantization, one interleave,
+/// one start and join). Tasks take runs of tiles; within a task, activation rows go in blocks
+/// that stay in L1, four at a time against each tile.
+#[cfg(target_arch = "x86_64")]
+pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, qi: &[i16], outs: &mut [&mut [f32]]) {
+    use crate::matmul::SyncPtr;
     use crate::packed_avx512::XRow;
-    let (n, m) = (p.rows, a.m);
-    assert!(a.k == p.cols && qi.len() == m * p.plan.x_len && out.len() == m * n);
+    const MAX: usize = 4;
+    let (m, plan) = (a.m, &ps[0].plan);
+    assert!(ps.len() <= MAX && ps.len() == outs.len());
     assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
-    const ACT_BLOCK: usize = 16;
+    assert!(a.k == ps[0].cols && qi.len() == m * plan.x_len);
     let threads = crate::pool::global().n_threads();
-    let tiles = p.tiles();
-    let per = tiles.div_ceil(threads * 4).clamp(1, 32);
-    let out_ptr = crate::matmul::SyncPtr(out.as_mut_ptr());
-    crate::pool::global().run(tiles.div_ceil(per), &|task| {
-        let (t0, t1) = (task * per, ((task + 1) * per).min(tiles));
+    // Per weight: tiles per task, and the first task of each weight.
+    let mut per = [0usize; MAX];
+    let mut first = [0usize; MAX + 1];
+    let mut out_ptr = [SyncPtr(std::ptr::null_mut()); MAX];
+    for (i, (p, out)) in ps.iter().zip(outs.iter_mut()).enumerate() {
+        assert!(p.plan.same_layout(plan) && out.len() == m * p.rows);
+        per[i] = p.tiles().div_ceil(threads * 4).clamp(1, 32);
+        first[i + 1] = first[i] + p.tiles().div_ceil(per[i]);
+        out_ptr[i] = SyncPtr(out.as_mut_ptr());
+    }
+    const ACT_BLOCK: usize = 16;
+    crate::pool::global().run(first[ps.len()], &|task| {
+        let wi = (0..ps.len()).find(|&i| task < first[i + 1]).expect("task of some weight");
+        let (p, n, task) = (ps[wi], ps[wi].rows, task - first[wi]);
+        let tiles = p.tiles();
+        let (t0, t1) = (task * per[wi], ((task + 1) * per[wi]).min(tiles));
         for b0 in (0..m).step_by(ACT_BLOCK) {
             let nb = (m - b0).min(ACT_BLOCK);
             let xs: [XRow; ACT_BLOCK] =
-                std::array::from_fn(|i| XRow::new(a, qi, p.plan.x_len, p.plan.group, b0 + i.min(nb - 1)));
+                std::array::from_fn(|i| XRow::new(a, qi, plan.x_len, plan.group, b0 + i.min(nb - 1)));
             for t in t0..t1 {
                 let mut i = 0;
                 while i < nb {
                     let c = (nb - i).min(4);
                     let first = b0 == 0 && i == 0;
-                    // SAFETY: the tier was checked; rows were interleaved by this plan; this task
-                    // alone writes the columns of tiles t0..t1.
+                    // SAFETY: the tier was checked; rows were interleaved by this layout; this
+                    // task alone writes the columns of tiles t0..t1 of this weight's output.
                     unsafe {
-                        let o = out_ptr.get().add((b0 + i) * n);
+                        let o = out_ptr[wi].get().add((b0 + i) * n);
                         match c {
                             4 => tile_into::<4>(p, t, &xs[i..i + 4], o, first),
                             3 => tile_into::<3>(p, t, &xs[i..i + 3], o, first),

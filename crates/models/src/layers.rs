@@ -5,7 +5,7 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache, paged_attention};
-use vllm_rs_kernels::matmul::matmul;
+use vllm_rs_kernels::matmul::matmul_many;
 use vllm_rs_kernels::ops::{self, RopeTable};
 use vllm_rs_kernels::{Weight, ggml};
 
@@ -29,11 +29,23 @@ impl Linear {
 
     /// `x` is `m × in`; writes `m × out` into `y` (resized; its allocation is reused).
     pub fn forward(&self, x: &[f32], m: usize, y: &mut Vec<f32>) {
-        y.resize(m * self.weight.rows, 0.0);
-        matmul(x, m, &self.weight, y);
-        if let Some(b) = &self.bias {
-            for row in y.chunks_exact_mut(b.len()) {
-                ops::add_assign(row, b);
+        Linear::forward_many([self], x, m, [y]);
+    }
+
+    /// [`Linear::forward`] of the same `x` through several layers (q/k/v, gate/up) at once:
+    /// one quantization of `x` and, where the weights allow, one kernel job.
+    pub fn forward_many<const N: usize>(ls: [&Linear; N], x: &[f32], m: usize, ys: [&mut Vec<f32>; N]) {
+        let mut outs = ys;
+        for (l, y) in ls.iter().zip(outs.iter_mut()) {
+            y.resize(m * l.weight.rows, 0.0);
+        }
+        let mut slices = outs.map(|y| y.as_mut_slice());
+        matmul_many(x, m, &ls.map(|l| &l.weight), &mut slices);
+        for (l, y) in ls.iter().zip(slices) {
+            if let Some(b) = &l.bias {
+                for row in y.chunks_exact_mut(b.len()) {
+                    ops::add_assign(row, b);
+                }
             }
         }
     }
@@ -106,9 +118,7 @@ impl Attention {
         let n = batch.num_tokens();
         let hd = self.params.head_dim;
         let AttentionBuffers { q, k, v, attn } = ws;
-        self.q_proj.forward(x, n, q);
-        self.k_proj.forward(x, n, k);
-        self.v_proj.forward(x, n, v);
+        Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], x, n, [q, k, v]);
         if let Some(norm) = &self.q_norm {
             norm.forward(q);
         }
@@ -191,8 +201,7 @@ impl GatedMlp {
 
     /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
     pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
-        self.gate_proj.forward(x, m, gate);
-        self.up_proj.forward(x, m, up);
+        Linear::forward_many([&self.gate_proj, &self.up_proj], x, m, [gate, up]);
         match self.act {
             Activation::Silu => ops::silu_mul(gate, up),
             Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
