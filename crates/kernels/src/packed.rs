@@ -23,7 +23,7 @@
 //! streams each, but ~16 GB/s to one stream per thread.
 
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
-use crate::qpanel::{group_of, unpack_block};
+use crate::qpanel::group_of;
 use crate::quant_act::QuantizedActs;
 use crate::weight::Weight;
 use half::f16;
@@ -136,6 +136,8 @@ pub struct Plan {
     /// Where natural value pair `p` (values `2p, 2p+1` of a row) goes, in pairs of the
     /// interleaved row.
     pub xmap: Vec<u32>,
+    /// The largest entry of `xmap`.
+    pub xmax: usize,
 }
 
 impl Plan {
@@ -171,7 +173,8 @@ impl Plan {
             }
         }
         // Rows start at multiples of 32 bytes, so aligned planes stay aligned in every row.
-        Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xmap }
+        let xmax = xmap.iter().copied().max().unwrap_or(0) as usize;
+        Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xmap, xmax }
     }
 
     /// Whether activations interleaved for `other` suit this plan too.
@@ -293,54 +296,61 @@ impl Packed {
         let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, plan, data: Aligned::default() };
         const ROWS_PER_TASK: usize = 64;
         crate::pool::global().run(w.rows.div_ceil(ROWS_PER_TASK), &|task| {
+            let mut scratch = Scratch::default();
             for row in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(w.rows) {
                 // SAFETY: this task alone writes these rows' bytes.
                 let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * rb), rb) };
-                p.pack_row(w, row, dst);
+                p.pack_row(w, row, dst, &mut scratch);
             }
         });
         Some(Packed { data, ..p })
     }
 
     /// Writes row `row` of `w` into `dst` (`plan.row_bytes`).
-    fn pack_row(&self, w: &Weight, row: usize, dst: &mut [u8]) {
+    fn pack_row(&self, w: &Weight, row: usize, dst: &mut [u8], s: &mut Scratch) {
         let (f, plan) = (self.format, &self.plan);
-        let g = plan.group;
-        let k = w.cols;
         let (bs, ts) = (w.ty.block_size(), w.ty.type_size());
-        let gpb = bs / g;
-        let mut q = vec![0i16; k];
-        let mut vs = vec![0f32; k / g];
-        let mut mc = vec![0f32; k / g];
-        let mut fields = vec![GroupScale::default(); k / g];
+        let gpb = bs / plan.group;
+        // Values as the panel has them (the SIMD unpacker, bit-identical to the reference).
+        s.panel.unpack(crate::isa::tier(), w.ty, w.row(row), 1, w.cols);
+        s.fields.resize(w.cols / plan.group, GroupScale::default());
         for (b, blk) in w.row(row).chunks_exact(ts).enumerate() {
-            let gr = b * gpb..(b + 1) * gpb;
-            let mins = f.scales.mins().then_some(&mut mc[gr.clone()]);
-            unpack_block(w.ty, blk, &mut q[b * bs..(b + 1) * bs], &mut vs[gr.clone()], mins);
-            group_scales(w.ty, blk, &mut fields[gr]);
+            group_scales(w.ty, blk, &mut s.fields[b * gpb..(b + 1) * gpb]);
+        }
+        // Stored (biased) values in the slots the activations take ([`Plan::xmap`]).
+        s.panel.q.iter_mut().for_each(|q| *q += f.bias);
+        s.slots.clear();
+        s.slots.resize(plan.x_len, 0);
+        // Pairs of values moved as 32-bit words (both buffers come from the allocator, which
+        // aligns them for u32; `align_to` checks).
+        // SAFETY: any bit pattern is a valid u32 and a valid pair of i16.
+        let (src, slots) = unsafe { (s.panel.q.align_to::<u32>(), s.slots.align_to_mut::<u32>()) };
+        assert!(src.0.is_empty() && slots.0.is_empty(), "i16 buffers not 4-byte aligned");
+        let (src, slots) = (src.1, slots.1);
+        assert!(src.len() == plan.xmap.len() && plan.xmax < slots.len());
+        for (p, &to) in plan.xmap.iter().enumerate() {
+            // SAFETY: p < xmap.len() = src.len(), and every entry is ≤ xmax < slots.len().
+            unsafe { *slots.get_unchecked_mut(to as usize) = *src.get_unchecked(p) };
         }
         for c in &plan.chunks {
             let dst = &mut dst[c.offset..c.offset + c.bytes];
             let hb = header_bytes(f, c.groups);
-            write_header(f, &fields[c.g0..c.g0 + c.groups], &mut dst[..hb]);
-            // The chunk's values as vectors of 32 stored (biased) int16 values.
-            let mut vecs = vec![[0i16; 32]; c.v];
-            for gl in 0..c.groups {
-                let base = (c.g0 + gl) * g;
-                for j in 0..g / 2 {
-                    let (v, lane) = c.slot(gl, j);
-                    for h in 0..2 {
-                        vecs[v][2 * lane + h] = q[base + 2 * j + h] + f.bias;
-                    }
-                }
-            }
-            let step = c.step();
-            let sb = step_bytes(f.bits, step);
-            for (st, vv) in vecs.chunks_exact(step).enumerate() {
+            write_header(f, &s.fields[c.g0..c.g0 + c.groups], &mut dst[..hb]);
+            let vecs = &s.slots[c.x_offset..c.x_offset + 32 * c.v];
+            let (step, sb) = (c.step(), step_bytes(f.bits, c.step()));
+            for (st, vv) in vecs.chunks_exact(32 * step).enumerate() {
                 encode_step(f.bits, vv, &mut dst[hb + st * sb..hb + (st + 1) * sb]);
             }
         }
     }
+}
+
+/// Buffers reused across the rows one packing task does.
+#[derive(Default)]
+struct Scratch {
+    panel: crate::qpanel::Panel,
+    fields: Vec<GroupScale>,
+    slots: Vec<i16>,
 }
 
 /// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`) and
@@ -515,25 +525,25 @@ fn write_header(f: Format, gs: &[GroupScale], out: &mut [u8]) {
     }
 }
 
-/// Encodes one step (`vv.len()` = 4 or 2 vectors) of stored values into its bit planes, in the
+/// Encodes one step (`vv`: 4 or 2 vectors of 32 values) of stored values into its bit planes, in the
 /// order the kernels read them: nibble entries (vectors `2e`, `2e+1` in the low and high
 /// nibbles of each byte), then a 2-bit entry (vector `t` in bits `2t..2t+2`), then one 32-bit
 /// mask per vector (the 1-bit plane); or signed bytes per vector for 8 bits.
-fn encode_step(bits: u8, vv: &[[i16; 32]], out: &mut [u8]) {
+fn encode_step(bits: u8, vv: &[i16], out: &mut [u8]) {
+    let vec = |t: usize| &vv[32 * t..32 * t + 32];
+    let n = vv.len() / 32;
     let mut at = 0;
     if bits == 8 {
-        for v in vv {
-            for (o, &u) in out[at..at + 32].iter_mut().zip(v) {
-                *o = u as i8 as u8;
-            }
-            at += 32;
+        for (o, &u) in out.iter_mut().zip(vv) {
+            *o = u as i8 as u8;
         }
         return;
     }
     if matches!(bits, 4..=6) {
-        for pair in vv.chunks_exact(2) {
+        for e in 0..n / 2 {
+            let (lo, hi) = (vec(2 * e), vec(2 * e + 1));
             for i in 0..32 {
-                out[at + i] = (pair[0][i] & 0xF) as u8 | (((pair[1][i] & 0xF) as u8) << 4);
+                out[at + i] = (lo[i] & 0xF) as u8 | (((hi[i] & 0xF) as u8) << 4);
             }
             at += 32;
         }
@@ -541,14 +551,14 @@ fn encode_step(bits: u8, vv: &[[i16; 32]], out: &mut [u8]) {
     if matches!(bits, 2 | 3 | 6) {
         let shift = if bits == 6 { 4 } else { 0 };
         for i in 0..32 {
-            out[at + i] = vv.iter().enumerate().map(|(t, v)| (((v[i] >> shift) & 3) as u8) << (2 * t)).sum();
+            out[at + i] = (0..n).map(|t| (((vec(t)[i] >> shift) & 3) as u8) << (2 * t)).sum();
         }
         at += 32;
     }
     if matches!(bits, 3 | 5) {
         let bit = if bits == 5 { 4 } else { 2 };
-        for v in vv {
-            let mask: u32 = (0..32).map(|i| (((v[i] >> bit) & 1) as u32) << i).sum();
+        for t in 0..n {
+            let mask: u32 = vec(t).iter().enumerate().map(|(i, &u)| (((u >> bit) & 1) as u32) << i).sum();
             out[at..at + 4].copy_from_slice(&mask.to_le_bytes());
             at += 4;
         }
