@@ -8,9 +8,9 @@
 //! sixteen group sums in the sixteen lanes, ready for the float epilogue of [`crate::qmatmul`],
 //! whose reduction order (and so every bit of the result) is unchanged.
 //!
-//! A last chunk with fewer groups spreads each group over `s` adjacent lanes (fewer vectors,
-//! lanes added after the dot product), so a 2-group tail costs a quarter of a full chunk, not a
-//! whole one. Activations are laid out the same way per matmul ([`Plan::interleave`]).
+//! A tail of at most 8 groups goes in chunks of 8, 4, 2 or 1 groups, each group spread over `s`
+//! adjacent lanes (fewer vectors, lanes added after the dot product), so a 2-group tail costs an
+//! eighth of a full chunk, not a whole one. Activations are laid out the same way per matmul ([`Plan::interleave`]).
 //!
 //! Values are stored as unsigned `u = q + bias` in bit planes (4-bit nibbles, 2-bit and 1-bit
 //! planes, or signed bytes for Q8_0); `Σ q·x = Σ u·x − bias·Σ x` exactly, in integers. Scales
@@ -148,7 +148,11 @@ impl Plan {
         let (mut chunks, mut offset, mut x_offset) = (Vec::new(), 0, 0);
         let mut g0 = 0;
         while g0 < groups {
-            let n = (groups - g0).min(LANES);
+            // Sixteen groups a chunk. A tail of 9–15 groups takes one chunk (some lanes empty:
+            // splitting 12 into 8 + 4 stored 13 % fewer bytes but cost prefill 14 % more, for
+            // a third epilogue); a shorter one goes in power-of-two pieces that fill the lanes.
+            let left = groups - g0;
+            let n = if left > LANES / 2 { left.min(LANES) } else { 1 << left.ilog2() };
             // Lanes per group: as many as fit, keeping at least four vectors (two for formats
             // with no 2-bit plane, whose steps can be two vectors).
             let min_v = if matches!(f.bits, 2 | 3 | 6) { 4 } else { 2 };

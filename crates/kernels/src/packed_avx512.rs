@@ -10,7 +10,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use crate::matmul::x86_hsum;
-use crate::packed::{Chunk, FORMATS, Packed, ROW_TILE, Scales, header_bytes, step_bytes};
+use crate::packed::{Chunk, FORMATS, LANES, Packed, ROW_TILE, Scales, header_bytes, step_bytes};
 use crate::quant_act::QuantizedActs;
 use std::arch::x86_64::*;
 
@@ -384,8 +384,8 @@ fn hsum16(v: __m512) -> f32 {
     x86_hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
 }
 
-/// One chunk's groups of one (weight row, activation row) into the accumulators (lane `l`:
-/// group `g0 + l`; the chunk's first group is a multiple of 16).
+/// One chunk's groups of one (weight row, activation row) into the accumulators (group `g` in
+/// lane `g mod 16`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 unsafe fn epilogue<const F: usize>(
@@ -398,27 +398,37 @@ unsafe fn epilogue<const F: usize>(
     accm: &mut __m512,
 ) {
     let f = FORMATS[F].1;
-    let k = lanes(ch.groups);
-    let mut isum = match ch.s {
+    let isum = match ch.s {
         1 => isum,
         2 => gather_groups::<2>(isum),
         4 => gather_groups::<4>(isum),
         _ => gather_groups::<8>(isum),
     };
+    // Group g0 + l belongs in accumulator lane (g0 + l) mod 16: a tail piece after an 8-group
+    // one starts at lane 8, so its lanes move up (and the activation's per-group values are read
+    // from the 16-group window holding them).
+    let off = ch.g0 % LANES;
+    let k = lanes(ch.groups) << off;
+    let (mut isum, vs, mc) = if off == 0 {
+        (isum, vs, mc)
+    } else {
+        (_mm512_maskz_expand_epi32(k, isum), _mm512_maskz_expand_ps(k, vs), _mm512_maskz_expand_ps(k, mc))
+    };
+    let g = ch.g0 - off;
     // SAFETY: the activation row has a scale, scaled sum and integer sum per group; masked
     // loads read only this chunk's groups.
     unsafe {
         if f.bias != 0 {
-            let xs = _mm512_maskz_loadu_epi32(k, x.isum.add(ch.g0));
+            let xs = _mm512_maskz_loadu_epi32(k, x.isum.add(g));
             let shift = _mm_cvtsi32_si128(f.bias.trailing_zeros() as i32);
             isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(xs, shift));
         }
         let fsum = _mm512_cvtepi32_ps(isum);
-        let scl = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(k, x.dx.add(ch.g0)));
-        // Masked: lanes past the chunk's groups keep their accumulators exactly.
+        let scl = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(k, x.dx.add(g)));
+        // Masked: lanes outside the chunk's groups keep their accumulators exactly.
         *acc = _mm512_mask3_fmadd_ps(fsum, scl, *acc, k);
         if f.scales.mins() {
-            *accm = _mm512_mask3_fmadd_ps(mc, _mm512_maskz_loadu_ps(k, x.dsum.add(ch.g0)), *accm, k);
+            *accm = _mm512_mask3_fmadd_ps(mc, _mm512_maskz_loadu_ps(k, x.dsum.add(g)), *accm, k);
         }
     }
 }
