@@ -56,9 +56,10 @@ def server_command(server: str, port: int) -> tuple[list[str], dict[str, str]]:
         env = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{int(THREADS) - 1}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
         return argv + ["--max-model-len", "2048", "--dtype", "bfloat16"] + common, env | {"VLLM_CPU_KVCACHE_SPACE": "2"}
     if server == "llama-server":
-        # 64 slots of 640 tokens: every concurrency and shape fits without eviction.
+        # 64 slots of 768 tokens: every concurrency and shape fits without eviction (512 + 128
+        # exactly filled 640-token slots, and re-tokenized prompts can be longer).
         argv = [str(LLAMA_SERVER), "-m", str(GGUF), "-a", NAME, "-t", THREADS, "-tb", THREADS]
-        return argv + ["-np", "64", "-c", str(64 * 640)] + common, {}
+        return argv + ["-np", "64", "-c", str(64 * 768)] + common, {}
     raise SystemExit(f"unknown server {server!r}")
 
 

@@ -115,6 +115,14 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
         cfg.generation_eos_ids = g.eos_token_ids.clone();
     }
     let core = EngineCore::new(lm.model, cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let packed = vllm_rs_kernels::packed::packed_bytes();
+    if packed > 0 {
+        info!(
+            "quantized weights repacked for the {} kernels: {:.0} MiB",
+            tier.name(),
+            packed as f64 / (1 << 20) as f64
+        );
+    }
     info!("model ready in {:.2} s", t0.elapsed().as_secs_f64());
     Ok(Loaded {
         model_arg: model.unwrap_or(vllm_rs_hub::DEFAULT_MODEL).to_string(),

@@ -26,7 +26,6 @@ use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
 use crate::qpanel::group_of;
 use crate::quant_act::QuantizedActs;
 use crate::weight::Weight;
-use half::f16;
 
 /// Groups per chunk: the 32-bit lanes of a 512-bit vector.
 pub const LANES: usize = 16;
@@ -253,6 +252,13 @@ impl Interleaved {
     }
 }
 
+static PACKED_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Bytes of packed weights made so far in this process (for the load log).
+pub fn packed_bytes() -> usize {
+    PACKED_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A quantized weight in the packed layout.
 pub struct Packed {
     pub ty: GgmlType,
@@ -282,11 +288,6 @@ impl Packed {
         row * self.plan.row_bytes + c.offset
     }
 
-    /// Bytes held (the weight's memory cost).
-    pub fn size(&self) -> usize {
-        self.data.bytes().len()
-    }
-
     /// Repacks `w`; `None` if its format has no packed layout. Rows are packed in parallel on
     /// the global pool.
     pub fn pack(w: &Weight) -> Option<Packed> {
@@ -307,6 +308,7 @@ impl Packed {
                 p.pack_row(w, row, dst, &mut scratch);
             }
         });
+        PACKED_BYTES.fetch_add(data.bytes().len(), std::sync::atomic::Ordering::Relaxed);
         Some(Packed { data, ..p })
     }
 
@@ -570,81 +572,83 @@ fn encode_step(bits: u8, vv: &[i16], out: &mut [u8]) {
     debug_assert_eq!(at, out.len());
 }
 
-/// The scalar reading of a packed chunk header: `(vscale, mcoef)` of its groups, as
-/// [`unpack_block`] computes them (tests check they are the same bits).
-pub fn header_scales(f: Format, hdr: &[u8], hg: usize) -> (Vec<f32>, Vec<f32>) {
-    let h = |i: usize| f16::from_bits(f16_bits(hdr, 2 * i)).to_f32();
-    match f.scales {
-        Scales::PerGroup { mins } => {
-            let vs = (0..hg).map(h).collect();
-            let mc = if mins { (0..hg).map(|i| h(hg + i)).collect() } else { vec![0.0; hg] };
-            (vs, mc)
-        }
-        Scales::Super { per_sb, signed, mins } => {
-            let nsb = hg.div_ceil(per_sb);
-            let ints = hg * (1 + mins as usize);
-            let hd = |i: usize| f16::from_bits(f16_bits(&hdr[ints..], 2 * i)).to_f32();
-            let vs = (0..hg)
-                .map(|i| {
-                    let sc = if signed { hdr[i] as i8 as f32 } else { hdr[i] as f32 };
-                    hd(i / per_sb) * sc
-                })
-                .collect();
-            let mc = (0..hg).map(|i| if mins { -(hd(nsb + i / per_sb) * hdr[hg + i] as f32) } else { 0.0 }).collect();
-            (vs, mc)
-        }
-    }
-}
-
-/// The scalar reading of a packed step: the stored values of its vectors.
-pub fn decode_step(bits: u8, step: usize, src: &[u8]) -> Vec<[i16; 32]> {
-    let mut vv = vec![[0i16; 32]; step];
-    let mut at = 0;
-    if bits == 8 {
-        for v in vv.iter_mut() {
-            for (o, &b) in v.iter_mut().zip(&src[at..at + 32]) {
-                *o = b as i8 as i16;
-            }
-            at += 32;
-        }
-        return vv;
-    }
-    if matches!(bits, 4..=6) {
-        for e in 0..step / 2 {
-            for i in 0..32 {
-                vv[2 * e][i] = (src[at + i] & 0xF) as i16;
-                vv[2 * e + 1][i] = (src[at + i] >> 4) as i16;
-            }
-            at += 32;
-        }
-    }
-    if matches!(bits, 2 | 3 | 6) {
-        let shift = if bits == 6 { 4 } else { 0 };
-        for (t, v) in vv.iter_mut().enumerate() {
-            for i in 0..32 {
-                v[i] |= (((src[at + i] >> (2 * t)) & 3) as i16) << shift;
-            }
-        }
-        at += 32;
-    }
-    if matches!(bits, 3 | 5) {
-        let bit = if bits == 5 { 4 } else { 2 };
-        for v in vv.iter_mut() {
-            let mask = u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
-            for (i, o) in v.iter_mut().enumerate() {
-                *o |= (((mask >> i) & 1) as i16) << bit;
-            }
-            at += 4;
-        }
-    }
-    vv
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::qpanel::Panel;
     use crate::testing::quantize_random;
+    use half::f16;
+
+    /// The scalar reading of a packed chunk header: `(vscale, mcoef)` of its groups, as
+    /// [`unpack_block`] computes them (tests check they are the same bits).
+    fn header_scales(f: Format, hdr: &[u8], hg: usize) -> (Vec<f32>, Vec<f32>) {
+        let h = |i: usize| f16::from_bits(f16_bits(hdr, 2 * i)).to_f32();
+        match f.scales {
+            Scales::PerGroup { mins } => {
+                let vs = (0..hg).map(h).collect();
+                let mc = if mins { (0..hg).map(|i| h(hg + i)).collect() } else { vec![0.0; hg] };
+                (vs, mc)
+            }
+            Scales::Super { per_sb, signed, mins } => {
+                let nsb = hg.div_ceil(per_sb);
+                let ints = hg * (1 + mins as usize);
+                let hd = |i: usize| f16::from_bits(f16_bits(&hdr[ints..], 2 * i)).to_f32();
+                let vs = (0..hg)
+                    .map(|i| {
+                        let sc = if signed { hdr[i] as i8 as f32 } else { hdr[i] as f32 };
+                        hd(i / per_sb) * sc
+                    })
+                    .collect();
+                let mc =
+                    (0..hg).map(|i| if mins { -(hd(nsb + i / per_sb) * hdr[hg + i] as f32) } else { 0.0 }).collect();
+                (vs, mc)
+            }
+        }
+    }
+
+    /// The scalar reading of a packed step: the stored values of its vectors.
+    fn decode_step(bits: u8, step: usize, src: &[u8]) -> Vec<[i16; 32]> {
+        let mut vv = vec![[0i16; 32]; step];
+        let mut at = 0;
+        if bits == 8 {
+            for v in vv.iter_mut() {
+                for (o, &b) in v.iter_mut().zip(&src[at..at + 32]) {
+                    *o = b as i8 as i16;
+                }
+                at += 32;
+            }
+            return vv;
+        }
+        if matches!(bits, 4..=6) {
+            for e in 0..step / 2 {
+                for i in 0..32 {
+                    vv[2 * e][i] = (src[at + i] & 0xF) as i16;
+                    vv[2 * e + 1][i] = (src[at + i] >> 4) as i16;
+                }
+                at += 32;
+            }
+        }
+        if matches!(bits, 2 | 3 | 6) {
+            let shift = if bits == 6 { 4 } else { 0 };
+            for (t, v) in vv.iter_mut().enumerate() {
+                for i in 0..32 {
+                    v[i] |= (((src[at + i] >> (2 * t)) & 3) as i16) << shift;
+                }
+            }
+            at += 32;
+        }
+        if matches!(bits, 3 | 5) {
+            let bit = if bits == 5 { 4 } else { 2 };
+            for v in vv.iter_mut() {
+                let mask = u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
+                for (i, o) in v.iter_mut().enumerate() {
+                    *o |= (((mask >> i) & 1) as i16) << bit;
+                }
+                at += 4;
+            }
+        }
+        vv
+    }
 
     fn ks(ty: GgmlType) -> Vec<usize> {
         if ty.block_size() == 256 {
