@@ -24,6 +24,7 @@
 
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
 use crate::qpanel::group_of;
+#[cfg(target_arch = "x86_64")]
 use crate::quant_act::QuantizedActs;
 use crate::weight::Weight;
 
@@ -710,7 +711,6 @@ mod tests {
     #[test]
     fn avx512_kernels_are_bit_identical_to_the_scalar_tier() {
         use crate::isa::Tier;
-        use crate::quant_act::QuantizedActs;
         use crate::testing::rand_vec;
         if !Tier::Avx512.supported() {
             eprintln!("skipped: this CPU lacks AVX-512 VNNI");
