@@ -7,8 +7,9 @@
 For each repetition, for each server (the order rotates between repetitions, so the servers
 interleave): start it, time the cold start to the first `GET /health` 200, sample the RSS of its
 process tree, warm it up, then run vLLM's own `vllm bench serve` (random dataset, --ignore-eos,
-seed 0) at every concurrency and shape; in the first repetition our `vllm-rs bench serve` runs
-the first shape at concurrency 4 as a cross-check of the client. Then SIGTERM and the next server.
+a seed of its own per run, the same for every server) at every concurrency and shape; in the
+first repetition our `vllm-rs bench serve` runs the first shape at concurrency 4 as a
+cross-check of the client. Then SIGTERM and the next server.
 
 Writes OUT/scoreboard.json (every run) and OUT/scoreboard.md (medians and ratios: ours/peer for
 throughput, peer/ours for latency and memory). Stdlib only; the peers are found as
@@ -125,8 +126,9 @@ def stop(proc: subprocess.Popen):
 
 
 def bench(client: str, server: str, port: int, shape: tuple[int, int], conc: int, prompts: int, out: Path,
-          tag: str) -> dict:
-    """One `bench serve` run; returns its result JSON."""
+          tag: str, seed: int) -> dict:
+    """One `bench serve` run; returns its result JSON. Every run of a server gets its own seed: runs
+    with equal seeds send the same prompts, which prefix caching would then serve from the cache."""
     if client == "vllm":
         cmd = [str(VLLM_VENV / "bin/python"), str(VLLM_CLI), "bench", "serve"]
     else:
@@ -134,7 +136,7 @@ def bench(client: str, server: str, port: int, shape: tuple[int, int], conc: int
     cmd += ["--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}", "--model", NAME,
             "--tokenizer", str(HF_DIR), "--dataset-name", "random", "--random-input-len", str(shape[0]),
             "--random-output-len", str(shape[1]), "--num-prompts", str(prompts), "--max-concurrency", str(conc),
-            "--ignore-eos", "--seed", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--ignore-eos", "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(out),
             "--result-filename", f"{tag}.json"]
     # llama-server drops kept-alive connections; vLLM's client then needs one connection per request.
@@ -176,18 +178,20 @@ def run_all(args) -> dict:
             proc, sampler, port, cold = start(server, out, rep)
             print(f"rep {rep} {server}: /health 200 after {cold:.2f} s", flush=True)
             try:
-                bench("vllm", server, port, (64, 16), 4, 8, out, f"{server}-rep{rep}-warmup")
+                bench("vllm", server, port, (64, 16), 4, 8, out, f"{server}-rep{rep}-warmup", seed=0)
+                seed = 1000 * rep  # the same seeds for every server: the same prompts
                 for shape in shapes:
                     for c in args.concurrency:
+                        seed += 1
                         tag = f"{server}-rep{rep}-{shape[0]}x{shape[1]}-c{c}"
-                        r = bench("vllm", server, port, shape, c, num_prompts(args, c), out, tag)
+                        r = bench("vllm", server, port, shape, c, num_prompts(args, c), out, tag, seed)
                         runs.append({"rep": rep, "server": server, "client": "vllm", "shape": list(shape), "c": c,
                                      **{m: r.get(m) for m in METRICS}})
                         print(f"  {tag}: {r['output_throughput']:.1f} output tok/s, TTFT median "
                               f"{r['median_ttft_ms']:.0f} ms, failed {r['failed']}", flush=True)
                 if rep == 0 and server.startswith("vllm-rs"):
                     tag = f"{server}-rep0-crosscheck"
-                    r = bench("vllm-rs", server, port, shapes[0], 4, num_prompts(args, 4), out, tag)
+                    r = bench("vllm-rs", server, port, shapes[0], 4, num_prompts(args, 4), out, tag, seed=999)
                     runs.append({"rep": rep, "server": server, "client": "vllm-rs", "shape": list(shapes[0]), "c": 4,
                                  **{m: r.get(m) for m in METRICS}})
             finally:
