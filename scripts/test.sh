@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: fetches the real test models if they are absent (quick when present), then
-# runs every test of the workspace.
+# runs every test of the workspace (and, on x86-64, the kernels' tests for aarch64 under qemu).
 #
 #   scripts/test.sh [cargo test args...]     e.g. scripts/test.sh -p vllm-rs-models
 #
@@ -10,7 +10,18 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export VLLM_RS_TEST_MODELS=${VLLM_RS_TEST_MODELS:-$REPO/.models}
 bash "$REPO/scripts/fetch_test_models.sh" "$VLLM_RS_TEST_MODELS"
 cd "$REPO"
-if [ $# -eq 0 ]; then
-  set -- --workspace
+if [ $# -gt 0 ]; then
+  exec cargo test "$@"
 fi
-exec cargo test "$@"
+cargo test --workspace
+# On x86-64, the NEON tier's kernels too, under qemu (scripts/test_aarch64.sh; skipped, saying
+# so, where its tools cannot be installed).
+if [ "$(uname -m)" = x86_64 ] && [ "${VLLM_RS_TEST_AARCH64:-1}" != 0 ]; then
+  rc=0
+  bash "$REPO/scripts/test_aarch64.sh" || rc=$?
+  if [ $rc -eq 2 ]; then
+    echo "test.sh: the aarch64 kernel tests were SKIPPED (see above)" >&2
+  elif [ $rc -ne 0 ]; then
+    exit $rc
+  fi
+fi

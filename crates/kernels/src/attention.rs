@@ -246,7 +246,7 @@ thread_local! {
 
 /// The two vector loops of attention, on one tier, over a cache row of element type `T`.
 #[derive(Clone, Copy)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 struct VecOps(crate::isa::Tier);
 
 impl VecOps {
@@ -258,6 +258,11 @@ impl VecOps {
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
             // SAFETY: the tier guarantees AVX2, FMA and F16C; the caller vouches for the rows.
             return unsafe { x86::dots::<T>(q, k, stride, scale, out) };
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.0 == crate::isa::Tier::Neon {
+            // SAFETY: the caller vouches for the rows.
+            return unsafe { crate::neon::dots::<T>(q, k, stride, scale, out) };
         }
         for (j, o) in out.iter_mut().enumerate() {
             // SAFETY: row j exists (caller).
@@ -273,6 +278,11 @@ impl VecOps {
         if matches!(self.0, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
             // SAFETY: as above.
             return unsafe { x86::axpys::<T>(acc, w, v, stride, self.0 == crate::isa::Tier::Avx512) };
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.0 == crate::isa::Tier::Neon {
+            // SAFETY: as above.
+            return unsafe { crate::neon::axpys::<T>(acc, w, v, stride) };
         }
         for (j, &wj) in w.iter().enumerate() {
             // SAFETY: row j exists (caller).

@@ -7,6 +7,8 @@ pub mod attention;
 pub mod ggml;
 pub mod isa;
 pub mod matmul;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
 pub mod ops;
 pub mod packed;
 #[cfg(target_arch = "x86_64")]

@@ -30,10 +30,58 @@ impl SyncPtr {
     }
 }
 
+/// One pool task of a dense matmul: output columns `j0..j1` (weight rows) of all `m` rows of `x`.
+pub(crate) struct DenseTask<'a> {
+    pub w: &'a Weight,
+    pub x: &'a [f32],
+    pub m: usize,
+    pub j0: usize,
+    pub j1: usize,
+    pub out: SyncPtr,
+}
+
+impl DenseTask<'_> {
+    pub(crate) fn x_row(&self, i: usize) -> &[f32] {
+        &self.x[i * self.w.cols..(i + 1) * self.w.cols]
+    }
+
+    /// Columns `j..j + r` of output row `i`.
+    ///
+    /// # Safety
+    /// Within the task's columns; no other view of these elements is alive.
+    #[allow(clippy::mut_from_ref)] // disjoint elements of the shared output, as SyncPtr promises
+    pub(crate) unsafe fn out_row(&self, i: usize, j: usize, r: usize) -> &mut [f32] {
+        // SAFETY: as vouched by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.out.get().add(i * self.w.rows + j), r) }
+    }
+
+    /// The tiling: activation rows in chunks of 32 (they stay in L2) and, within a chunk, the
+    /// task's weight rows four at a time (they stay in L1): `f(c0, c1, j, r, rows, next)` with
+    /// `rows` the bytes of weight row `j` and `next` the following rows to prefetch on the first
+    /// chunk (when the rows come from memory), else null.
+    pub(crate) fn for_each_tile(&self, mut f: impl FnMut(usize, usize, usize, usize, *const u8, *const u8)) {
+        const CHUNK: usize = 32;
+        let rb = self.w.row_bytes();
+        for c0 in (0..self.m).step_by(CHUNK) {
+            let c1 = (c0 + CHUNK).min(self.m);
+            let mut j = self.j0;
+            while j < self.j1 {
+                let r = (self.j1 - j).min(4);
+                let rows = self.w.bytes()[j * rb..].as_ptr();
+                let next = if c0 == 0 && j + r < self.j1 { rows.wrapping_add(r * rb) } else { std::ptr::null() };
+                f(c0, c1, j, r, rows, next);
+                j += r;
+            }
+        }
+    }
+}
+
 thread_local! {
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
     /// Activations interleaved for packed weights.
     static INTERLEAVED: RefCell<crate::packed::Interleaved> = RefCell::new(Default::default());
+    /// Activation rows interleaved in pairs for the AVX-512 dense kernel.
+    static PAIRS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
@@ -96,6 +144,20 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
     assert!(!w.ty.is_quantized(), "matmul_dense: {} weights take the int16 path", w.ty.name());
     assert_eq!(x.len(), m * k, "matmul: x is not {m} x {k}");
     assert_eq!(out.len(), m * n, "matmul: out is not {m} x {n}");
+    #[cfg(target_arch = "x86_64")]
+    if tier == Tier::Avx512 && m >= 2 && k >= 8 {
+        return PAIRS.with(|cell| {
+            let mut pairs = cell.borrow_mut();
+            x86::interleave_pairs(x, m, k, &mut pairs);
+            dense_tasks(tier, x, m, w, out, &pairs)
+        });
+    }
+    dense_tasks(tier, x, m, w, out, &[])
+}
+
+/// The pool job of [`matmul_dense`]; `pairs` is `x` interleaved for the AVX-512 kernel (or empty).
+fn dense_tasks(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32], pairs: &[f32]) {
+    let (n, k) = (w.rows, w.cols);
     let threads = pool::global().n_threads();
     // Rows of W per task: a multiple of 4, small enough to give every thread several tasks.
     let per = (n.div_ceil(threads * 4)).next_multiple_of(4).clamp(4, 64);
@@ -104,10 +166,17 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
     pool::global().run(n_tasks, &|t| {
         let j0 = t * per;
         let j1 = (j0 + per).min(n);
+        let task = DenseTask { w, x, m, j0, j1, out: out_ptr };
         match tier {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: this task alone writes columns j0..j1 of every output row; the tier is checked.
-            Tier::Avx2 | Tier::Avx512 => unsafe { x86::dense_task(w, x, m, j0, j1, out_ptr) },
+            Tier::Avx512 if !pairs.is_empty() => unsafe { x86::dense_task_zmm(&task, pairs) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Tier::Avx2 | Tier::Avx512 => unsafe { x86::dense_task(&task) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: this task alone writes columns j0..j1 of every output row.
+            Tier::Neon => unsafe { crate::neon::dense_task(&task) },
             _ => {
                 let rb = w.row_bytes();
                 for i in 0..m {
@@ -125,6 +194,7 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
             }
         }
     });
+    let _ = pairs;
 }
 
 /// `x · w` for a row `w` of `x.len()` f32/f16/bf16 values (`T` as in [`load1`]), in the reduction
@@ -176,7 +246,6 @@ pub(crate) use x86::hsum as x86_hsum;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::GgmlType;
-    use crate::weight::Weight;
     use std::arch::x86_64::*;
 
     /// Horizontal sum in the same association as [`super::hsum8`].
@@ -210,36 +279,25 @@ pub(crate) mod x86 {
     /// # Safety
     /// No other thread writes columns `j0..j1` of `out`; the CPU has AVX2/FMA/F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dense_task(w: &Weight, x: &[f32], m: usize, j0: usize, j1: usize, out: super::SyncPtr) {
-        const CHUNK: usize = 32;
-        let (n, k, rb) = (w.rows, w.cols, w.row_bytes());
-        let xr = |i: usize| &x[i * k..(i + 1) * k];
-        // SAFETY: the caller's columns j0..j1 of row i; callers never hold two views of one row.
-        let o = |i: usize, j: usize, r: usize| unsafe { std::slice::from_raw_parts_mut(out.get().add(i * n + j), r) };
-        for c0 in (0..m).step_by(CHUNK) {
-            let c1 = (c0 + CHUNK).min(m);
-            let mut j = j0;
-            while j < j1 {
-                let r = (j1 - j).min(4);
-                let rows = w.bytes()[j * rb..].as_ptr();
-                // The first call streams in the task's next rows; later ones find these cached.
-                let mut next = if c0 == 0 && j + r < j1 { rows.wrapping_add(r * rb) } else { std::ptr::null() };
-                let mut i = c0;
-                while i < c1 {
-                    // SAFETY: rows j..j+r exist; the tier was checked by the caller.
-                    unsafe {
-                        if i + 2 <= c1 {
-                            dense_dot_rows(w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i, j, r), o(i + 1, j, r)], next);
-                        } else {
-                            dense_dot_rows(w.ty, [xr(i)], rows, rb, [o(i, j, r)], next);
-                        }
+    pub(super) unsafe fn dense_task(t: &super::DenseTask) {
+        let (w, rb) = (t.w, t.w.row_bytes());
+        t.for_each_tile(|c0, c1, j, r, rows, mut next| {
+            let mut i = c0;
+            while i < c1 {
+                // SAFETY: rows j..j+r exist; the tier was checked by the caller; each output
+                // view is taken once.
+                unsafe {
+                    let (xr, o) = (|i| t.x_row(i), |i| t.out_row(i, j, r));
+                    if i + 2 <= c1 {
+                        dense_dot_rows(w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i), o(i + 1)], next);
+                    } else {
+                        dense_dot_rows(w.ty, [xr(i)], rows, rb, [o(i)], next);
                     }
-                    next = std::ptr::null();
-                    i += 2;
                 }
-                j += r;
+                next = std::ptr::null();
+                i += 2;
             }
-        }
+        });
     }
 
     /// `N` activation rows against up to four weight rows stored as f32/f16/bf16, converted in
@@ -340,6 +398,150 @@ pub(crate) mod x86 {
                     s += xt * super::load1::<T>(unsafe { w.add(rr * rb) }, t);
                 }
                 *o = s;
+            }
+        }
+    }
+
+    /// `x`'s rows two by two, eight elements of each in turn (pair `p`, step `s`: row `2p`'s
+    /// elements `8s..8s + 8`, then row `2p + 1`'s), over the `k / 8 · 8` elements of the 8-lane
+    /// reduction: one zmm then carries two rows' reductions, each in its own half.
+    pub(crate) fn interleave_pairs(x: &[f32], m: usize, k: usize, out: &mut Vec<f32>) {
+        let k8 = k / 8 * 8;
+        out.clear();
+        for p in 0..m / 2 {
+            let (a, b) = (&x[2 * p * k..][..k8], &x[(2 * p + 1) * k..][..k8]);
+            for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+                out.extend_from_slice(ca);
+                out.extend_from_slice(cb);
+            }
+        }
+    }
+
+    /// [`dense_task`] with zmm registers: each holds two activation rows' 8-lane accumulators
+    /// (the same reduction per row, so the same bits) against a weight vector converted once and
+    /// duplicated into both halves; up to eight activation rows against four weight rows at a
+    /// time. Odd last rows and groups of fewer than four weight rows take [`dense_task`]'s kernel.
+    ///
+    /// # Safety
+    /// As [`dense_task`], and the CPU has AVX-512 F/BW; `pairs` is `x` by [`interleave_pairs`].
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    pub(crate) unsafe fn dense_task_zmm(t: &super::DenseTask, pairs: &[f32]) {
+        let (w, k, rb) = (t.w, t.w.cols, t.w.row_bytes());
+        let k8 = k / 8 * 8;
+        assert!(t.x.len() == t.m * k && pairs.len() == t.m / 2 * 2 * k8);
+        t.for_each_tile(|c0, c1, j, r, rows, mut next| {
+            let mut i = c0;
+            while i < c1 {
+                let np = ((c1 - i) / 2).min(4);
+                // SAFETY: rows j..j + r exist; `pairs` holds rows i.. (i is even here: chunks
+                // start at multiples of 32 and steps are of whole pairs until the last row);
+                // each output view is taken once.
+                unsafe {
+                    let (xr, o) = (|i| t.x_row(i), |i| t.out_row(i, j, r));
+                    if r < 4 || np == 0 {
+                        let left = (c1 - i).min(2);
+                        if left == 2 {
+                            dense_dot_rows(w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i), o(i + 1)], next);
+                        } else {
+                            dense_dot_rows(w.ty, [xr(i)], rows, rb, [o(i)], next);
+                        }
+                        i += left;
+                    } else {
+                        let np = if np == 3 { 2 } else { np };
+                        let call = PairsCall { x: t.x, k, px: pairs[i / 2 * 2 * k8..].as_ptr(), i, rows, rb, next };
+                        match (w.ty, np) {
+                            (GgmlType::F32, 4) => pairs_r4::<0, 4>(&call, o),
+                            (GgmlType::F32, 2) => pairs_r4::<0, 2>(&call, o),
+                            (GgmlType::F32, _) => pairs_r4::<0, 1>(&call, o),
+                            (GgmlType::F16, 4) => pairs_r4::<1, 4>(&call, o),
+                            (GgmlType::F16, 2) => pairs_r4::<1, 2>(&call, o),
+                            (GgmlType::F16, _) => pairs_r4::<1, 1>(&call, o),
+                            (_, 4) => pairs_r4::<2, 4>(&call, o),
+                            (_, 2) => pairs_r4::<2, 2>(&call, o),
+                            _ => pairs_r4::<2, 1>(&call, o),
+                        }
+                        i += 2 * np;
+                    }
+                }
+                next = std::ptr::null();
+            }
+        });
+    }
+
+    /// One call of [`pairs_r4`]: activation rows `i..` (`x`, and interleaved from `px`), four
+    /// weight rows `rb` bytes apart from `rows`, and the next rows to prefetch (or null).
+    struct PairsCall<'a> {
+        x: &'a [f32],
+        k: usize,
+        px: *const f32,
+        i: usize,
+        rows: *const u8,
+        rb: usize,
+        next: *const u8,
+    }
+
+    /// Eight weight elements from `i` (type `T` as in [`super::load1`]) in both halves of a zmm.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+    unsafe fn load8x2<const T: u8>(p: *const u8, i: usize) -> __m512 {
+        // SAFETY: elements i..i + 8 exist (the caller).
+        unsafe {
+            match T {
+                0 => _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(p.add(4 * i) as *const f64))),
+                1 => _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(2 * i) as *const __m128i))),
+                _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(
+                    _mm_loadu_si128(p.add(2 * i) as *const __m128i),
+                )))),
+            }
+        }
+    }
+
+    /// `2P` activation rows against four weight rows of type `T`; `dst(row)` is where row
+    /// `row`'s four outputs go.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn pairs_r4<'o, const T: u8, const P: usize>(c: &PairsCall, dst: impl Fn(usize) -> &'o mut [f32]) {
+        let k8 = c.k / 8 * 8;
+        let esize = size_of_elem::<T>();
+        let mut acc = [[_mm512_setzero_ps(); P]; 4];
+        let mut s = 0;
+        // SAFETY: P pairs of k8 interleaved elements at px, four rows of k elements at rows.
+        unsafe {
+            while s < k8 {
+                if !c.next.is_null() {
+                    prefetch_lines(c.next.wrapping_add(s * 4 * esize), 8 * 4 * esize);
+                }
+                let mut xv = [_mm512_setzero_ps(); P];
+                for (q, v) in xv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(c.px.add(q * 2 * k8 + 2 * s));
+                }
+                for (rr, acc_r) in acc.iter_mut().enumerate() {
+                    let wv = load8x2::<T>(c.rows.add(rr * c.rb), s);
+                    for (a, xq) in acc_r.iter_mut().zip(xv) {
+                        *a = _mm512_fmadd_ps(xq, wv, *a);
+                    }
+                }
+                s += 8;
+            }
+            #[allow(clippy::needless_range_loop)] // q indexes the inner arrays of acc
+            for q in 0..P {
+                for h in 0..2 {
+                    let row = c.i + 2 * q + h;
+                    let xrow = &c.x[row * c.k..(row + 1) * c.k];
+                    for (rr, v) in dst(row).iter_mut().enumerate() {
+                        let a = acc[rr][q];
+                        let half = if h == 0 {
+                            _mm512_castps512_ps256(a)
+                        } else {
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)))
+                        };
+                        let mut sum = hsum(half);
+                        for (t, &xt) in xrow.iter().enumerate().skip(k8) {
+                            sum += xt * super::load1::<T>(c.rows.add(rr * c.rb), t);
+                        }
+                        *v = sum;
+                    }
+                }
             }
         }
     }

@@ -108,6 +108,8 @@ fn dot_rows(tier: Tier, p: &Panel, x: ActRow, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the tier supports AVX2/FMA.
         Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows(p, x, out) },
+        #[cfg(target_arch = "aarch64")]
+        Tier::Neon => crate::neon::panel_dot_rows(p, [x], [out]),
         _ => out.iter_mut().enumerate().for_each(|(r, v)| *v = dot_scalar(p, r, x)),
     }
 }
@@ -118,6 +120,8 @@ fn dot_rows_pair(tier: Tier, p: &Panel, x: [ActRow; 2], out: [&mut [f32]; 2]) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the tier supports AVX2/FMA.
         Tier::Avx2 | Tier::Avx512 => unsafe { x86::dot_rows_pair(p, x, out) },
+        #[cfg(target_arch = "aarch64")]
+        Tier::Neon => crate::neon::panel_dot_rows(p, x, out),
         _ => {
             let [x0, x1] = x;
             let [o0, o1] = out;

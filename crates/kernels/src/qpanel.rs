@@ -69,6 +69,12 @@ impl Panel {
                 return;
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if tier == Tier::Neon
+            && crate::neon::unpack_blocks(ty, src, nblocks, &mut self.q, &mut self.vscale, self.mcoef.as_deref_mut())
+        {
+            return;
+        }
         let _ = tier;
         let groups_per_block = bs / g;
         for (bi, blk) in src.chunks_exact(ts).take(nblocks).enumerate() {
@@ -82,28 +88,64 @@ impl Panel {
 
 /// Scalar unpacking of one block (the reference; SIMD versions must produce identical output).
 pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: Option<&mut [f32]>) {
+    block_scales(ty, b, vs, mc);
+    block_values(ty, b, q);
+}
+
+/// The per-group scales (and minimum coefficients) of one block.
+pub fn block_scales(ty: GgmlType, b: &[u8], vs: &mut [f32], mc: Option<&mut [f32]>) {
     match ty {
-        GgmlType::Q4_0 => {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => vs[0] = f16_at(b, 0),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => {
             vs[0] = f16_at(b, 0);
-            for j in 0..16 {
-                q[j] = (b[2 + j] & 0xF) as i16 - 8;
-                q[j + 16] = (b[2 + j] >> 4) as i16 - 8;
+            mc.expect("Q4_1/Q5_1 have mins")[0] = f16_at(b, 2);
+        }
+        GgmlType::Q2K => {
+            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            let mc = mc.expect("Q2_K has mins");
+            for (i, &sc) in b[..16].iter().enumerate() {
+                vs[i] = d * (sc & 0xF) as f32;
+                mc[i] = -(dmin * (sc >> 4) as f32);
             }
         }
-        GgmlType::Q4_1 => {
-            vs[0] = f16_at(b, 0);
-            mc.expect("Q4_1 has mins")[0] = f16_at(b, 2);
+        GgmlType::Q3K => {
+            let d = f16_at(b, 108);
+            let scales = crate::ggml::q3k_scales(&b[96..108]);
+            for i in 0..16 {
+                vs[i] = d * scales[i] as f32;
+            }
+        }
+        GgmlType::Q4K | GgmlType::Q5K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let mc = mc.expect("K-quants have mins");
+            for j in 0..8 {
+                let (sc, m) = scale_min_k4(j, &b[4..16]);
+                vs[j] = d * sc as f32;
+                mc[j] = -(dmin * m as f32);
+            }
+        }
+        GgmlType::Q6K => {
+            let d = f16_at(b, 208);
+            for (i, &s) in b[192..208].iter().enumerate() {
+                vs[i] = d * s as i8 as f32;
+            }
+        }
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("dense formats are not unpacked"),
+    }
+}
+
+/// The int16 values of one block's elements.
+pub fn block_values(ty: GgmlType, b: &[u8], q: &mut [i16]) {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let (off, bias) = if ty == GgmlType::Q4_0 { (2, 8) } else { (4, 0) };
             for j in 0..16 {
-                q[j] = (b[4 + j] & 0xF) as i16;
-                q[j + 16] = (b[4 + j] >> 4) as i16;
+                q[j] = (b[off + j] & 0xF) as i16 - bias;
+                q[j + 16] = (b[off + j] >> 4) as i16 - bias;
             }
         }
         GgmlType::Q5_0 | GgmlType::Q5_1 => {
             let off = if ty == GgmlType::Q5_0 { 2 } else { 4 };
-            vs[0] = f16_at(b, 0);
-            if let Some(mc) = mc {
-                mc[0] = f16_at(b, 2);
-            }
             let qh = u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
             let qs = &b[off + 4..off + 20];
             let bias = if ty == GgmlType::Q5_0 { 16 } else { 0 };
@@ -115,18 +157,11 @@ pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: O
             }
         }
         GgmlType::Q8_0 => {
-            vs[0] = f16_at(b, 0);
             for j in 0..32 {
                 q[j] = b[2 + j] as i8 as i16;
             }
         }
         GgmlType::Q2K => {
-            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
-            let mc = mc.expect("Q2_K has mins");
-            for (i, &sc) in b[..16].iter().enumerate() {
-                vs[i] = d * (sc & 0xF) as f32;
-                mc[i] = -(dmin * (sc >> 4) as f32);
-            }
             let qs = &b[16..80];
             let mut out = 0;
             for half in 0..2 {
@@ -141,11 +176,6 @@ pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: O
             }
         }
         GgmlType::Q3K => {
-            let d = f16_at(b, 108);
-            let scales = crate::ggml::q3k_scales(&b[96..108]);
-            for i in 0..16 {
-                vs[i] = d * scales[i] as f32;
-            }
             let (hmask, qs) = (&b[0..32], &b[32..96]);
             let mut out = 0;
             let mut m = 1u8;
@@ -164,16 +194,8 @@ pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: O
             }
         }
         GgmlType::Q4K | GgmlType::Q5K => {
-            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-            let scales = &b[4..16];
-            let mc = mc.expect("K-quants have mins");
             let (qh, qs) = if ty == GgmlType::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
             for blk in 0..4 {
-                for s in 0..2 {
-                    let (sc, m) = scale_min_k4(2 * blk + s, scales);
-                    vs[2 * blk + s] = d * sc as f32;
-                    mc[2 * blk + s] = -(dmin * m as f32);
-                }
                 for l in 0..32 {
                     let byte = qs[blk * 32 + l];
                     let (mut lo, mut hi) = ((byte & 0xF) as i16, (byte >> 4) as i16);
@@ -187,11 +209,7 @@ pub fn unpack_block(ty: GgmlType, b: &[u8], q: &mut [i16], vs: &mut [f32], mc: O
             }
         }
         GgmlType::Q6K => {
-            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
-            let d = f16_at(b, 208);
-            for (i, &s) in sc.iter().enumerate() {
-                vs[i] = d * s as i8 as f32;
-            }
+            let (ql, qh) = (&b[0..128], &b[128..192]);
             for half in 0..2 {
                 let (ql, qh) = (&ql[half * 64..], &qh[half * 32..]);
                 let q = &mut q[half * 128..];
