@@ -280,24 +280,44 @@ pub(crate) mod x86 {
     /// No other thread writes columns `j0..j1` of `out`; the CPU has AVX2/FMA/F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dense_task(t: &super::DenseTask) {
-        let (w, rb) = (t.w, t.w.row_bytes());
         t.for_each_tile(|c0, c1, j, r, rows, mut next| {
             let mut i = c0;
             while i < c1 {
-                // SAFETY: rows j..j+r exist; the tier was checked by the caller; each output
-                // view is taken once.
-                unsafe {
-                    let (xr, o) = (|i| t.x_row(i), |i| t.out_row(i, j, r));
-                    if i + 2 <= c1 {
-                        dense_dot_rows(w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i), o(i + 1)], next);
-                    } else {
-                        dense_dot_rows(w.ty, [xr(i)], rows, rb, [o(i)], next);
-                    }
-                }
+                // SAFETY: rows j..j + r exist; the tier was checked by the caller.
+                i += unsafe { ymm_rows(t, i, c1, j, r, rows, next) };
                 next = std::ptr::null();
-                i += 2;
             }
         });
+    }
+
+    /// Activation rows `i` and `i + 1` (or only `i`, the chunk's last) against weight rows
+    /// `j..j + r` at `rows`; returns how many activation rows it did.
+    ///
+    /// # Safety
+    /// Rows `j..j + r` exist; the CPU has AVX2/FMA/F16C; no other view of these outputs is alive.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn ymm_rows(
+        t: &super::DenseTask,
+        i: usize,
+        c1: usize,
+        j: usize,
+        r: usize,
+        rows: *const u8,
+        next: *const u8,
+    ) -> usize {
+        let (xr, rb) = (|i| t.x_row(i), t.w.row_bytes());
+        // SAFETY: as vouched by the caller; each output view is taken once.
+        unsafe {
+            let o = |i| t.out_row(i, j, r);
+            if i + 2 <= c1 {
+                dense_dot_rows(t.w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i), o(i + 1)], next);
+                2
+            } else {
+                dense_dot_rows(t.w.ty, [xr(i)], rows, rb, [o(i)], next);
+                1
+            }
+        }
     }
 
     /// `N` activation rows against up to four weight rows stored as f32/f16/bf16, converted in
@@ -426,7 +446,7 @@ pub(crate) mod x86 {
     /// As [`dense_task`], and the CPU has AVX-512 F/BW; `pairs` is `x` by [`interleave_pairs`].
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     pub(crate) unsafe fn dense_task_zmm(t: &super::DenseTask, pairs: &[f32]) {
-        let (w, k, rb) = (t.w, t.w.cols, t.w.row_bytes());
+        let (w, k) = (t.w, t.w.cols);
         let k8 = k / 8 * 8;
         assert!(t.x.len() == t.m * k && pairs.len() == t.m / 2 * 2 * k8);
         t.for_each_tile(|c0, c1, j, r, rows, mut next| {
@@ -437,18 +457,12 @@ pub(crate) mod x86 {
                 // start at multiples of 32 and steps are of whole pairs until the last row);
                 // each output view is taken once.
                 unsafe {
-                    let (xr, o) = (|i| t.x_row(i), |i| t.out_row(i, j, r));
                     if r < 4 || np == 0 {
-                        let left = (c1 - i).min(2);
-                        if left == 2 {
-                            dense_dot_rows(w.ty, [xr(i), xr(i + 1)], rows, rb, [o(i), o(i + 1)], next);
-                        } else {
-                            dense_dot_rows(w.ty, [xr(i)], rows, rb, [o(i)], next);
-                        }
-                        i += left;
+                        i += ymm_rows(t, i, c1, j, r, rows, next);
                     } else {
                         let np = if np == 3 { 2 } else { np };
-                        let call = PairsCall { x: t.x, k, px: pairs[i / 2 * 2 * k8..].as_ptr(), i, rows, rb, next };
+                        let o = |i| t.out_row(i, j, r);
+                        let call = PairsCall { t, px: pairs[i / 2 * 2 * k8..].as_ptr(), i, rows, next };
                         match (w.ty, np) {
                             (GgmlType::F32, 4) => pairs_r4::<0, 4>(&call, o),
                             (GgmlType::F32, 2) => pairs_r4::<0, 2>(&call, o),
@@ -468,15 +482,13 @@ pub(crate) mod x86 {
         });
     }
 
-    /// One call of [`pairs_r4`]: activation rows `i..` (`x`, and interleaved from `px`), four
-    /// weight rows `rb` bytes apart from `rows`, and the next rows to prefetch (or null).
-    struct PairsCall<'a> {
-        x: &'a [f32],
-        k: usize,
+    /// One call of [`pairs_r4`]: the task's activation rows `i..` (also interleaved, from `px`),
+    /// four weight rows from `rows`, and the next rows to prefetch (or null).
+    struct PairsCall<'a, 'b> {
+        t: &'a super::DenseTask<'b>,
         px: *const f32,
         i: usize,
         rows: *const u8,
-        rb: usize,
         next: *const u8,
     }
 
@@ -501,7 +513,8 @@ pub(crate) mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     unsafe fn pairs_r4<'o, const T: u8, const P: usize>(c: &PairsCall, dst: impl Fn(usize) -> &'o mut [f32]) {
-        let k8 = c.k / 8 * 8;
+        let (k, rb) = (c.t.w.cols, c.t.w.row_bytes());
+        let k8 = k / 8 * 8;
         let esize = size_of_elem::<T>();
         let mut acc = [[_mm512_setzero_ps(); P]; 4];
         let mut s = 0;
@@ -516,7 +529,7 @@ pub(crate) mod x86 {
                     *v = _mm512_loadu_ps(c.px.add(q * 2 * k8 + 2 * s));
                 }
                 for (rr, acc_r) in acc.iter_mut().enumerate() {
-                    let wv = load8x2::<T>(c.rows.add(rr * c.rb), s);
+                    let wv = load8x2::<T>(c.rows.add(rr * rb), s);
                     for (a, xq) in acc_r.iter_mut().zip(xv) {
                         *a = _mm512_fmadd_ps(xq, wv, *a);
                     }
@@ -527,7 +540,7 @@ pub(crate) mod x86 {
             for q in 0..P {
                 for h in 0..2 {
                     let row = c.i + 2 * q + h;
-                    let xrow = &c.x[row * c.k..(row + 1) * c.k];
+                    let xrow = c.t.x_row(row);
                     for (rr, v) in dst(row).iter_mut().enumerate() {
                         let a = acc[rr][q];
                         let half = if h == 0 {
@@ -537,7 +550,7 @@ pub(crate) mod x86 {
                         };
                         let mut sum = hsum(half);
                         for (t, &xt) in xrow.iter().enumerate().skip(k8) {
-                            sum += xt * super::load1::<T>(c.rows.add(rr * c.rb), t);
+                            sum += xt * super::load1::<T>(c.rows.add(rr * rb), t);
                         }
                         *v = sum;
                     }

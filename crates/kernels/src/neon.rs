@@ -9,6 +9,7 @@
 
 use crate::ggml::GgmlType;
 use crate::matmul::{DenseTask, hsum8, hsum16, load1};
+use crate::qmatmul::group_step;
 use crate::qpanel::{Panel, block_scales};
 use crate::quant_act::ActRow;
 use std::arch::aarch64::*;
@@ -212,14 +213,9 @@ pub(crate) fn panel_dot_rows<const N: usize>(p: &Panel, x: [ActRow; N], out: [&m
         }
         for a in 0..N {
             let (mut l, mut lm) = (lanes16(acc[a]), lanes16(accm[a]));
-            // The last groups (fewer than four) as the scalar reference does them.
+            // The last groups (fewer than four) by the scalar reference's own step.
             for gi in g4..groups {
-                let t = gi * g..(gi + 1) * g;
-                let isum: i32 = q[t.clone()].iter().zip(&x[a].q[t]).map(|(&w, &v)| w as i32 * v as i32).sum();
-                l[gi % 16] = (isum as f32).mul_add(vs[gi] * x[a].group_scale(g)[gi], l[gi % 16]);
-                if let Some(mc) = mc {
-                    lm[gi % 16] = mc[gi].mul_add(x[a].group_dsum(g)[gi], lm[gi % 16]);
-                }
+                group_step(p, r, &x[a], gi, &mut l, &mut lm);
             }
             out[a][r] = hsum16(&l) + hsum16(&lm);
         }

@@ -133,22 +133,26 @@ fn dot_rows_pair(tier: Tier, p: &Panel, x: [ActRow; 2], out: [&mut [f32]; 2]) {
 
 /// The reference reduction for one panel row (see the module docs).
 pub fn dot_scalar(p: &Panel, row: usize, x: ActRow) -> f32 {
-    let (g, k) = (p.group, p.k);
-    let groups = k / g;
-    let q = &p.q[row * k..(row + 1) * k];
-    let vs = &p.vscale[row * groups..(row + 1) * groups];
-    let (dx, dsum) = (x.group_scale(g), x.group_dsum(g));
-    let mut acc = [0f32; 16];
-    let mut accm = [0f32; 16];
-    for gi in 0..groups {
-        let t = gi * g..(gi + 1) * g;
-        let isum: i32 = q[t.clone()].iter().zip(&x.q[t]).map(|(&a, &b)| a as i32 * b as i32).sum();
-        acc[gi % 16] = (isum as f32).mul_add(vs[gi] * dx[gi], acc[gi % 16]);
-        if let Some(mc) = &p.mcoef {
-            accm[gi % 16] = mc[row * groups + gi].mul_add(dsum[gi], accm[gi % 16]);
-        }
+    let (mut acc, mut accm) = ([0f32; 16], [0f32; 16]);
+    for gi in 0..p.k / p.group {
+        group_step(p, row, &x, gi, &mut acc, &mut accm);
     }
     hsum16(&acc) + hsum16(&accm)
+}
+
+/// Group `gi`'s step of the reference reduction of panel row `row` against `x`: its integer
+/// sum into lane `gi mod 16` of `acc`, its minimum term into that of `accm`.
+#[inline]
+pub(crate) fn group_step(p: &Panel, row: usize, x: &ActRow, gi: usize, acc: &mut [f32; 16], accm: &mut [f32; 16]) {
+    let (g, k) = (p.group, p.k);
+    let at = row * (k / g) + gi;
+    let t = gi * g..(gi + 1) * g;
+    let q = &p.q[row * k..(row + 1) * k];
+    let isum: i32 = q[t.clone()].iter().zip(&x.q[t]).map(|(&a, &b)| a as i32 * b as i32).sum();
+    acc[gi % 16] = (isum as f32).mul_add(p.vscale[at] * x.group_scale(g)[gi], acc[gi % 16]);
+    if let Some(mc) = &p.mcoef {
+        accm[gi % 16] = mc[at].mul_add(x.group_dsum(g)[gi], accm[gi % 16]);
+    }
 }
 
 /// Shared by the panel and fused x86 kernels: eight groups' integer lanes → one vector of their
