@@ -369,12 +369,10 @@ pub fn matmul(p: &Packed, a: &QuantizedActs, qi: &[i16], out: &mut [f32]) {
 
 /// [`matmul`] for up to four weights of one layout ([`Plan::same_layout`]) and the same
 /// activations, as one job on the pool (q/k/v or gate/up: one quantization, one interleave,
-/// one start and join). Tasks take runs of tiles; within a task, activation rows go in blocks
-/// that stay in L1, four at a time against each tile.
+/// one start and join). Tasks take runs of tiles.
 #[cfg(target_arch = "x86_64")]
 pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, qi: &[i16], outs: &mut [&mut [f32]]) {
     use crate::matmul::SyncPtr;
-    use crate::packed_avx512::XRow;
     const MAX: usize = 4;
     let (m, plan) = (a.m, &ps[0].plan);
     assert!(ps.len() <= MAX && ps.len() == outs.len());
@@ -391,53 +389,114 @@ pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, qi: &[i16], outs: &mut [&m
         first[i + 1] = first[i] + p.tiles().div_ceil(per[i]);
         out_ptr[i] = SyncPtr(out.as_mut_ptr());
     }
-    const ACT_BLOCK: usize = 16;
     crate::pool::global().run(first[ps.len()], &|task| {
         let wi = (0..ps.len()).find(|&i| task < first[i + 1]).expect("task of some weight");
-        let (p, n, task) = (ps[wi], ps[wi].rows, task - first[wi]);
-        let tiles = p.tiles();
-        let (t0, t1) = (task * per[wi], ((task + 1) * per[wi]).min(tiles));
-        for b0 in (0..m).step_by(ACT_BLOCK) {
-            let nb = (m - b0).min(ACT_BLOCK);
-            let xs: [XRow; ACT_BLOCK] =
-                std::array::from_fn(|i| XRow::new(a, qi, plan.x_len, plan.group, b0 + i.min(nb - 1)));
-            for t in t0..t1 {
-                let mut i = 0;
-                while i < nb {
-                    let c = (nb - i).min(4);
-                    let first = b0 == 0 && i == 0;
-                    // SAFETY: the tier was checked; rows were interleaved by this layout; this
-                    // task alone writes the columns of tiles t0..t1 of this weight's output.
-                    unsafe {
-                        let o = out_ptr[wi].get().add((b0 + i) * n);
-                        match c {
-                            4 => tile_into::<4>(p, t, &xs[i..i + 4], o, first),
-                            3 => tile_into::<3>(p, t, &xs[i..i + 3], o, first),
-                            2 => tile_into::<2>(p, t, &xs[i..i + 2], o, first),
-                            _ => tile_into::<1>(p, t, &xs[i..i + 1], o, first),
-                        }
-                    }
-                    i += c;
-                }
-            }
+        let (p, task) = (ps[wi], task - first[wi]);
+        let tiles = (task * per[wi])..((task + 1) * per[wi]).min(p.tiles());
+        let out = out_ptr[wi];
+        if m >= EXPAND_MIN_ROWS {
+            EXPANDED.with_borrow_mut(|e| run_expanded(p, a, qi, tiles, out, e));
+        } else {
+            run_in_registers(p, a, qi, tiles, out);
         }
     });
 }
 
-/// Tile `t` against `C` activation rows, written to `out` (row `c` at `out + c·rows`).
+/// From this many activation rows on, a tile's weights are expanded once ([`crate::packed_gemm`])
+/// rather than in registers for every four rows.
+#[cfg(target_arch = "x86_64")]
+const EXPAND_MIN_ROWS: usize = 8;
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    static EXPANDED: std::cell::RefCell<crate::packed_gemm::Expanded> = Default::default();
+}
+
+/// Activation rows `b0..b0 + n` (clamped, so blocks can be built whole) as kernel rows.
+#[cfg(target_arch = "x86_64")]
+fn x_rows<const N: usize>(
+    a: &QuantizedActs,
+    qi: &[i16],
+    plan: &Plan,
+    b0: usize,
+    n: usize,
+) -> [crate::packed_avx512::XRow; N] {
+    std::array::from_fn(|i| crate::packed_avx512::XRow::new(a, qi, plan.x_len, plan.group, b0 + i.min(n - 1)))
+}
+
+/// A task's tiles against all activation rows, expanding weights in registers: activation rows
+/// go in blocks that stay in L1, four at a time against each tile.
+#[cfg(target_arch = "x86_64")]
+fn run_in_registers(
+    p: &Packed,
+    a: &QuantizedActs,
+    qi: &[i16],
+    tiles: std::ops::Range<usize>,
+    out: crate::matmul::SyncPtr,
+) {
+    const ACT_BLOCK: usize = 16;
+    let m = a.m;
+    for b0 in (0..m).step_by(ACT_BLOCK) {
+        let nb = (m - b0).min(ACT_BLOCK);
+        let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
+        for t in tiles.clone() {
+            let mut i = 0;
+            while i < nb {
+                let c = (nb - i).min(4);
+                let first = b0 == 0 && i == 0;
+                // SAFETY: the tier was checked; rows were interleaved by this layout; this
+                // task alone writes the columns of these tiles of this weight's output.
+                unsafe {
+                    let (o, xs) = (out.get().add((b0 + i) * p.rows), &xs[i..i + c]);
+                    let f = |res: &[[f32; ROW_TILE]]| write_tile(p, t, res, o);
+                    use crate::packed_avx512::tile;
+                    match c {
+                        4 => f(&tile::<4>(p, t, xs.try_into().expect("4"), first)),
+                        3 => f(&tile::<3>(p, t, xs.try_into().expect("3"), first)),
+                        2 => f(&tile::<2>(p, t, xs.try_into().expect("2"), first)),
+                        _ => f(&tile::<1>(p, t, xs.try_into().expect("1"), first)),
+                    }
+                }
+                i += c;
+            }
+        }
+    }
+}
+
+/// A task's tiles against all activation rows, each tile expanded once per block of activation
+/// rows (whose interleaved rows, read again for every tile, stay in L2: capping a block at
+/// 192 KiB cost more in re-expanded weights than it saved).
+#[cfg(target_arch = "x86_64")]
+fn run_expanded(
+    p: &Packed,
+    a: &QuantizedActs,
+    qi: &[i16],
+    tiles: std::ops::Range<usize>,
+    out: crate::matmul::SyncPtr,
+    e: &mut crate::packed_gemm::Expanded,
+) {
+    const ACT_BLOCK: usize = 64;
+    let m = a.m;
+    for b0 in (0..m).step_by(ACT_BLOCK) {
+        let nb = (m - b0).min(ACT_BLOCK);
+        let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
+        for t in tiles.clone() {
+            // SAFETY: as in `run_in_registers`; `e` holds tile t when the rows are dotted.
+            unsafe {
+                crate::packed_gemm::expand_tile(p, t, e, b0 == 0);
+                crate::packed_gemm::tile_rows(p, t, e, &xs[..nb], out.get().add(b0 * p.rows));
+            }
+        }
+    }
+}
+
+/// A tile's results for `res.len()` activation rows, written to `out` (row `c` at `out + c·rows`;
+/// padding rows dropped).
 ///
 /// # Safety
-/// As for [`crate::packed_avx512::tile`]; `out` must hold `C` rows of `p.rows` outputs.
+/// `out` must hold `res.len()` rows of `p.rows` outputs.
 #[cfg(target_arch = "x86_64")]
-unsafe fn tile_into<const C: usize>(
-    p: &Packed,
-    t: usize,
-    xs: &[crate::packed_avx512::XRow],
-    out: *mut f32,
-    prefetch: bool,
-) {
-    let xs: &[_; C] = xs.try_into().expect("C rows");
-    let res = unsafe { crate::packed_avx512::tile::<C>(p, t, xs, prefetch) };
+pub(crate) unsafe fn write_tile(p: &Packed, t: usize, res: &[[f32; ROW_TILE]], out: *mut f32) {
     for (c, row) in res.iter().enumerate() {
         for (r, &v) in row.iter().enumerate() {
             let j = p.row_of(t, r);
@@ -721,8 +780,8 @@ mod tests {
                 let n = 13;
                 let w = quantize_random(ty, n, k, 31);
                 let p = Packed::pack(&w).expect("packable");
-                let x = rand_vec(9 * k, 32);
-                for m in [1, 2, 3, 4, 5, 9] {
+                let x = rand_vec(70 * k, 32);
+                for m in [1, 2, 3, 4, 5, 8, 9, 70] {
                     let a = QuantizedActs::quantize(&x[..m * k], m, k);
                     let mut want = vec![0f32; m * n];
                     crate::qmatmul::qmatmul(Tier::Scalar, &a, &w, &mut want);

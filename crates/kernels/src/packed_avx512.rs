@@ -15,7 +15,7 @@ use crate::quant_act::QuantizedActs;
 use std::arch::x86_64::*;
 
 /// How many tiles ahead each band's rows are prefetched.
-const PREFETCH_TILES: usize = 4;
+pub(crate) const PREFETCH_TILES: usize = 4;
 
 /// One activation row as the kernels read it: interleaved values, and per group its scale,
 /// scaled sum (for minimums) and integer sum (for biases), in natural group order.
@@ -102,9 +102,9 @@ unsafe fn tile_f<const F: usize, const C: usize>(
             };
             macro_rules! row {
                 ($r:literal) => {
-                    let (vs, mc) = scales::<F>(base[$r], ch.groups);
+                    let sc = scales::<F>(base[$r], ch.groups);
                     for c in 0..C {
-                        epilogue::<F>(ch, isums[$r][c], vs, mc, &x[c], &mut acc[$r][c], &mut accm[$r][c]);
+                        epilogue::<F>(ch, isums[$r][c], sc, &x[c], true, &mut acc[$r][c], &mut accm[$r][c]);
                     }
                 };
             }
@@ -114,7 +114,16 @@ unsafe fn tile_f<const F: usize, const C: usize>(
             row!(3);
         }
     }
-    let _ = f;
+    sums(&acc, &accm)
+}
+
+/// Each (row, activation) pair's accumulators summed: `hsum16(acc) + hsum16(accm)`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) fn sums<const C: usize>(
+    acc: &[[__m512; C]; ROW_TILE],
+    accm: &[[__m512; C]; ROW_TILE],
+) -> [[f32; ROW_TILE]; C] {
     let mut out = [[0f32; ROW_TILE]; C];
     if C == 1 {
         for (r, v) in out[0].iter_mut().enumerate() {
@@ -125,8 +134,8 @@ unsafe fn tile_f<const F: usize, const C: usize>(
     // All outputs at once: vector 4c + r is output (r, c).
     let pick = |a: &[[__m512; C]; ROW_TILE], i: usize| if i / 4 < C { a[i % 4][i / 4] } else { _mm512_setzero_ps() };
     let sums = _mm512_add_ps(
-        hsum16_x16(&std::array::from_fn(|i| pick(&acc, i))),
-        hsum16_x16(&std::array::from_fn(|i| pick(&accm, i))),
+        hsum16_x16(&std::array::from_fn(|i| pick(acc, i))),
+        hsum16_x16(&std::array::from_fn(|i| pick(accm, i))),
     );
     let mut lanes = [0f32; 16];
     // SAFETY: 16 floats.
@@ -218,7 +227,7 @@ unsafe fn dots<const F: usize, const C: usize, const STEP: usize, const S: usize
 /// `vpmaddwd` + `vpaddd` — twice the instructions of the kernels' inner loop.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn dpwssd(acc: &mut __m512i, w: __m512i, p: *const i16) {
+pub(crate) unsafe fn dpwssd(acc: &mut __m512i, w: __m512i, p: *const i16) {
     // SAFETY: reads the 64 bytes at p (the caller's activation vector); no other effect.
     unsafe {
         std::arch::asm!("vpdpwssd {a}, {w}, zmmword ptr [{p}]", a = inout(zmm_reg) *acc, w = in(zmm_reg) w,
@@ -236,7 +245,7 @@ unsafe fn zext(p: *const u8) -> __m512i {
 /// The `STEP` vectors of stored values of one step (layout of [`crate::packed::encode_step`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn expand<const F: usize, const STEP: usize>(p: *const u8) -> [__m512i; STEP] {
+pub(crate) unsafe fn expand<const F: usize, const STEP: usize>(p: *const u8) -> [__m512i; STEP] {
     let bits = FORMATS[F].1.bits;
     let mut v = [_mm512_setzero_si512(); STEP];
     // SAFETY: the step's bytes (the caller).
@@ -314,7 +323,7 @@ fn lanes(n: usize) -> __mmask16 {
 /// `(vscale, mcoef)` of a chunk's groups from its header, zero beyond `hg` groups.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-unsafe fn scales<const F: usize>(hdr: *const u8, hg: usize) -> (__m512, __m512) {
+pub(crate) unsafe fn scales<const F: usize>(hdr: *const u8, hg: usize) -> (__m512, __m512) {
     let k = lanes(hg);
     let h16 = |p: *const u8| unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p as *const i16)) };
     // SAFETY: the header holds these fields (`header_bytes`); masked loads read no further.
@@ -385,15 +394,16 @@ fn hsum16(v: __m512) -> f32 {
 }
 
 /// One chunk's groups of one (weight row, activation row) into the accumulators (group `g` in
-/// lane `g mod 16`).
+/// lane `g mod 16`). `biased`: the integer sums are of stored values `u = q + bias`, so
+/// `bias · Σ x` is taken off (exactly, in integers).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-unsafe fn epilogue<const F: usize>(
+pub(crate) unsafe fn epilogue<const F: usize>(
     ch: &Chunk,
     isum: __m512i,
-    vs: __m512,
-    mc: __m512,
+    (vs, mc): (__m512, __m512),
     x: &XRow,
+    biased: bool,
     acc: &mut __m512,
     accm: &mut __m512,
 ) {
@@ -418,7 +428,7 @@ unsafe fn epilogue<const F: usize>(
     // SAFETY: the activation row has a scale, scaled sum and integer sum per group; masked
     // loads read only this chunk's groups.
     unsafe {
-        if f.bias != 0 {
+        if biased && f.bias != 0 {
             let xs = _mm512_maskz_loadu_epi32(k, x.isum.add(g));
             let shift = _mm_cvtsi32_si128(f.bias.trailing_zeros() as i32);
             isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(xs, shift));

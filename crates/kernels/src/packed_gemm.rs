@@ -1,0 +1,201 @@
+//! The many-row path of the AVX-512 VNNI tier (prefill, batched decode): a tile's four weight
+//! rows are expanded once to int16 (bias taken off) with their scales, then every activation
+//! row of the block is dotted against the expanded values four at a time.
+//!
+//! [`crate::packed_avx512::tile`] expands the weights in registers for each group of up to four
+//! activation rows, so 2–4 vector operations of expansion share the ports with every four
+//! `vpdpwssd`. Expanded once per tile and block of activation rows, the inner loop is loads and
+//! `vpdpwssd` only. The integer sums are the same exact integers and the float epilogue is the
+//! same, in the same order, so the bits equal the scalar tier's.
+
+#![cfg(target_arch = "x86_64")]
+
+use crate::packed::{FORMATS, Packed, ROW_TILE, header_bytes, step_bytes, write_tile};
+use crate::packed_avx512::{XRow, epilogue, expand, scales, sums};
+use std::arch::x86_64::*;
+
+/// A tile's four rows expanded: `vals[r · nv + i]` is int16 vector `i` of row `r`'s interleaved
+/// layout (`nv = x_len / 32`), `scales[chunk][r]` the row's `(vscale, mcoef)` of that chunk.
+#[derive(Default)]
+pub struct Expanded {
+    vals: Vec<__m512i>,
+    scales: Vec<[(__m512, __m512); ROW_TILE]>,
+    nv: usize,
+}
+
+/// Expands tile `t` of `p` into `e` (reusing its storage).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn expand_tile(p: &Packed, t: usize, e: &mut Expanded, prefetch: bool) {
+    // SAFETY: as vouched by the caller.
+    unsafe {
+        match p.index {
+            0 => expand_tile_f::<0>(p, t, e, prefetch),
+            1 => expand_tile_f::<1>(p, t, e, prefetch),
+            2 => expand_tile_f::<2>(p, t, e, prefetch),
+            3 => expand_tile_f::<3>(p, t, e, prefetch),
+            4 => expand_tile_f::<4>(p, t, e, prefetch),
+            5 => expand_tile_f::<5>(p, t, e, prefetch),
+            6 => expand_tile_f::<6>(p, t, e, prefetch),
+            7 => expand_tile_f::<7>(p, t, e, prefetch),
+            8 => expand_tile_f::<8>(p, t, e, prefetch),
+            _ => expand_tile_f::<9>(p, t, e, prefetch),
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn expand_tile_f<const F: usize>(p: &Packed, t: usize, e: &mut Expanded, prefetch: bool) {
+    let f = FORMATS[F].1;
+    let plan = &p.plan;
+    assert!(t < p.tiles() && p.data.bytes().len() == ROW_TILE * p.tiles() * plan.row_bytes);
+    let nv = plan.x_len / 32;
+    e.nv = nv;
+    e.vals.resize(ROW_TILE * nv, _mm512_setzero_si512());
+    e.scales.resize(plan.chunks.len(), [(_mm512_setzero_ps(), _mm512_setzero_ps()); ROW_TILE]);
+    let bias = _mm512_set1_epi16(f.bias);
+    let ahead = t + crate::packed_avx512::PREFETCH_TILES;
+    for r in 0..ROW_TILE {
+        let row = p.row_of(t, r);
+        if prefetch && ahead < p.tiles() {
+            let at = p.row_of(ahead, r) * plan.row_bytes;
+            crate::matmul::x86::prefetch_lines(p.data.bytes()[at..].as_ptr(), plan.row_bytes);
+        }
+        for (ci, ch) in plan.chunks.iter().enumerate() {
+            let base = p.data.bytes()[p.chunk_at(row, ch)..].as_ptr();
+            let (step, first) = (ch.step(), r * nv + ch.x_offset / 32);
+            let sb = step_bytes(f.bits, step);
+            // SAFETY: the chunk's header and steps are within the row (offsets from the plan).
+            unsafe {
+                e.scales[ci][r] = scales::<F>(base, ch.groups);
+                let w = base.add(header_bytes(f, ch.groups));
+                for st in 0..ch.v / step {
+                    let out = &mut e.vals[first + st * step..first + (st + 1) * step];
+                    let mut v = [_mm512_setzero_si512(); 4];
+                    if step == 4 {
+                        v = expand::<F, 4>(w.add(st * sb));
+                    } else {
+                        v[..2].copy_from_slice(&expand::<F, 2>(w.add(st * sb)));
+                    }
+                    for (o, v) in out.iter_mut().zip(v) {
+                        // (Q4_1, Q8_0, most k-quants store values unbiased.)
+                        *o = if f.bias == 0 { v } else { _mm512_sub_epi16(v, bias) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Tile `t`, expanded in `e`, against every row of `xs`, written to `out` (row `i` of `xs` at
+/// `out + i·p.rows`, as [`crate::packed::write_tile`] lays it).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI; `e` holds tile `t` of `p` ([`expand_tile`]); `xs`
+/// rows must be interleaved by `p.plan`; `out` must hold `xs.len()` rows of `p.rows` outputs.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn tile_rows(p: &Packed, t: usize, e: &Expanded, xs: &[XRow], out: *mut f32) {
+    // SAFETY: as vouched by the caller.
+    unsafe {
+        match p.index {
+            0 => rows_f::<0>(p, t, e, xs, out),
+            1 => rows_f::<1>(p, t, e, xs, out),
+            2 => rows_f::<2>(p, t, e, xs, out),
+            3 => rows_f::<3>(p, t, e, xs, out),
+            4 => rows_f::<4>(p, t, e, xs, out),
+            5 => rows_f::<5>(p, t, e, xs, out),
+            6 => rows_f::<6>(p, t, e, xs, out),
+            7 => rows_f::<7>(p, t, e, xs, out),
+            8 => rows_f::<8>(p, t, e, xs, out),
+            _ => rows_f::<9>(p, t, e, xs, out),
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn rows_f<const F: usize>(p: &Packed, t: usize, e: &Expanded, xs: &[XRow], out: *mut f32) {
+    let mut i = 0;
+    while i < xs.len() {
+        let c = (xs.len() - i).min(4);
+        let x = &xs[i..i + c];
+        // SAFETY: rows i..i + c of `out` (the caller).
+        unsafe {
+            let o = out.add(i * p.rows);
+            match c {
+                4 => write_tile(p, t, &tile_f::<F, 4>(p, e, x.try_into().expect("4")), o),
+                3 => write_tile(p, t, &tile_f::<F, 3>(p, e, x.try_into().expect("3")), o),
+                2 => write_tile(p, t, &tile_f::<F, 2>(p, e, x.try_into().expect("2")), o),
+                _ => write_tile(p, t, &tile_f::<F, 1>(p, e, x.try_into().expect("1")), o),
+            }
+        }
+        i += c;
+    }
+}
+
+/// `out[c][r] = x[c] · row p.row_of(t, r)` for the tile expanded in `e` and `C` activation rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_f<const F: usize, const C: usize>(p: &Packed, e: &Expanded, x: &[XRow; C]) -> [[f32; ROW_TILE]; C] {
+    let mut acc = [[_mm512_setzero_ps(); C]; ROW_TILE];
+    let mut accm = [[_mm512_setzero_ps(); C]; ROW_TILE];
+    assert!(e.nv == p.plan.x_len / 32 && e.scales.len() == p.plan.chunks.len());
+    for (ch, sc) in p.plan.chunks.iter().zip(&e.scales) {
+        // SAFETY: vectors x_offset/32 .. + v of every expanded row and activation row exist.
+        unsafe {
+            let w = e.vals.as_ptr().add(ch.x_offset / 32);
+            let xq: [*const i16; C] = std::array::from_fn(|c| x[c].q.wrapping_add(ch.x_offset));
+            let isums = dots::<C>(w, e.nv, xq, ch.v);
+            for r in 0..ROW_TILE {
+                for c in 0..C {
+                    epilogue::<F>(ch, isums[r][c], sc[r], &x[c], false, &mut acc[r][c], &mut accm[r][c]);
+                }
+            }
+        }
+    }
+    sums(&acc, &accm)
+}
+
+/// The integer lanes of one chunk's `v` vectors for the four expanded rows (`nv` vectors apart
+/// from `w`) and `C` activation rows: register operands only, so each step is `4 + C` loads and
+/// `4·C` `vpdpwssd`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dots<const C: usize>(w: *const __m512i, nv: usize, x: [*const i16; C], v: usize) -> [[__m512i; C]; ROW_TILE] {
+    let mut acc = [[_mm512_setzero_si512(); C]; ROW_TILE];
+    for i in 0..v {
+        let mut xv = [_mm512_setzero_si512(); C];
+        for c in 0..C {
+            // SAFETY: vector i of the chunk in activation row c (64-byte aligned: `Interleaved`).
+            xv[c] = unsafe { _mm512_load_si512(x[c].add(32 * i) as *const __m512i) };
+        }
+        // Rows unrolled by hand, as in the register-expanding kernel.
+        macro_rules! row {
+            ($r:literal) => {
+                // SAFETY: vector i of the chunk in expanded row r.
+                let wr = unsafe { _mm512_load_si512(w.add($r * nv + i)) };
+                for c in 0..C {
+                    dpwssd(&mut acc[$r][c], wr, xv[c]);
+                }
+            };
+        }
+        row!(0);
+        row!(1);
+        row!(2);
+        row!(3);
+    }
+    acc
+}
+
+/// `acc += Σ pairs of w · x` by `vpdpwssd` on registers (inline assembly: see
+/// [`crate::packed_avx512::dpwssd`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+fn dpwssd(acc: &mut __m512i, w: __m512i, x: __m512i) {
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        std::arch::asm!("vpdpwssd {a}, {w}, {x}", a = inout(zmm_reg) *acc, w = in(zmm_reg) w, x = in(zmm_reg) x,
+            options(pure, nomem, nostack, preserves_flags));
+    }
+}
