@@ -477,17 +477,32 @@ fn run_expanded(
 ) {
     const ACT_BLOCK: usize = 64;
     let m = a.m;
+    let mut staged = std::mem::take(&mut e.staged);
     for b0 in (0..m).step_by(ACT_BLOCK) {
         let nb = (m - b0).min(ACT_BLOCK);
         let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
-        for t in tiles.clone() {
-            // SAFETY: as in `run_in_registers`; `e` holds tile t when the rows are dotted.
+        let per_tile = ROW_TILE * nb;
+        staged.resize(per_tile * tiles.len(), 0.0);
+        for (t, st) in tiles.clone().zip(staged.chunks_exact_mut(per_tile)) {
+            // SAFETY: the tier was checked; rows were interleaved by this layout; `e` holds
+            // tile t when the rows are dotted.
             unsafe {
                 crate::packed_gemm::expand_tile(p, t, e, b0 == 0);
-                crate::packed_gemm::tile_rows(p, t, e, &xs[..nb], out.get().add(b0 * p.rows));
+                crate::packed_gemm::tile_rows(p, e, &xs[..nb], st);
+            }
+        }
+        // Each (activation row, band) takes a run of consecutive outputs.
+        for c in 0..nb {
+            for r in 0..ROW_TILE {
+                let run = (p.row_of(tiles.start, r)..p.row_of(tiles.end, r)).take_while(|&j| j < p.rows);
+                for (i, j) in run.enumerate() {
+                    // SAFETY: this task alone writes these outputs (the columns of its tiles).
+                    unsafe { *out.get().add((b0 + c) * p.rows + j) = staged[i * per_tile + ROW_TILE * c + r] };
+                }
             }
         }
     }
+    e.staged = staged;
 }
 
 /// A tile's results for `res.len()` activation rows, written to `out` (row `c` at `out + c·rows`;
@@ -777,11 +792,11 @@ mod tests {
         }
         for (ty, _) in FORMATS {
             for k in ks(ty) {
-                let n = 13;
-                let w = quantize_random(ty, n, k, 31);
-                let p = Packed::pack(&w).expect("packable");
-                let x = rand_vec(70 * k, 32);
-                for m in [1, 2, 3, 4, 5, 8, 9, 70] {
+                // 13 rows: one tile a task; 150: runs of five tiles a task (on two threads).
+                for (n, m) in [1, 2, 3, 4, 5, 8, 9, 70].map(|m| (13, m)).into_iter().chain([(150, 1), (150, 70)]) {
+                    let w = quantize_random(ty, n, k, 31);
+                    let p = Packed::pack(&w).expect("packable");
+                    let x = rand_vec(70 * k, 32);
                     let a = QuantizedActs::quantize(&x[..m * k], m, k);
                     let mut want = vec![0f32; m * n];
                     crate::qmatmul::qmatmul(Tier::Scalar, &a, &w, &mut want);

@@ -10,7 +10,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::packed::{FORMATS, Packed, ROW_TILE, header_bytes, step_bytes, write_tile};
+use crate::packed::{FORMATS, Packed, ROW_TILE, header_bytes, step_bytes};
 use crate::packed_avx512::{XRow, epilogue, expand, scales, sums};
 use std::arch::x86_64::*;
 
@@ -21,6 +21,9 @@ pub struct Expanded {
     vals: Vec<__m512i>,
     scales: Vec<[(__m512, __m512); ROW_TILE]>,
     nv: usize,
+    /// Results of a task's tiles for one block of activation rows, tile by tile
+    /// ([`tile_rows`]'s layout), before they are written out in runs.
+    pub staged: Vec<f32>,
 }
 
 /// Expands tile `t` of `p` into `e` (reusing its storage).
@@ -89,45 +92,46 @@ unsafe fn expand_tile_f<const F: usize>(p: &Packed, t: usize, e: &mut Expanded, 
     }
 }
 
-/// Tile `t`, expanded in `e`, against every row of `xs`, written to `out` (row `i` of `xs` at
-/// `out + i·p.rows`, as [`crate::packed::write_tile`] lays it).
+/// The tile expanded in `e` against every row of `xs`: `out[4·i + r]` is row `i` of `xs` times
+/// the tile's row `r` (a contiguous block, so a call stores whole vectors into a staging
+/// buffer rather than sixteen floats into sixteen output rows).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI; `e` holds tile `t` of `p` ([`expand_tile`]); `xs`
-/// rows must be interleaved by `p.plan`; `out` must hold `xs.len()` rows of `p.rows` outputs.
+/// The CPU must support AVX-512 F/BW/VL/VNNI; `e` holds a tile of `p` ([`expand_tile`]); `xs`
+/// rows must be interleaved by `p.plan`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn tile_rows(p: &Packed, t: usize, e: &Expanded, xs: &[XRow], out: *mut f32) {
+pub unsafe fn tile_rows(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32]) {
     // SAFETY: as vouched by the caller.
     unsafe {
         match p.index {
-            0 => rows_f::<0>(p, t, e, xs, out),
-            1 => rows_f::<1>(p, t, e, xs, out),
-            2 => rows_f::<2>(p, t, e, xs, out),
-            3 => rows_f::<3>(p, t, e, xs, out),
-            4 => rows_f::<4>(p, t, e, xs, out),
-            5 => rows_f::<5>(p, t, e, xs, out),
-            6 => rows_f::<6>(p, t, e, xs, out),
-            7 => rows_f::<7>(p, t, e, xs, out),
-            8 => rows_f::<8>(p, t, e, xs, out),
-            _ => rows_f::<9>(p, t, e, xs, out),
+            0 => rows_f::<0>(p, e, xs, out),
+            1 => rows_f::<1>(p, e, xs, out),
+            2 => rows_f::<2>(p, e, xs, out),
+            3 => rows_f::<3>(p, e, xs, out),
+            4 => rows_f::<4>(p, e, xs, out),
+            5 => rows_f::<5>(p, e, xs, out),
+            6 => rows_f::<6>(p, e, xs, out),
+            7 => rows_f::<7>(p, e, xs, out),
+            8 => rows_f::<8>(p, e, xs, out),
+            _ => rows_f::<9>(p, e, xs, out),
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn rows_f<const F: usize>(p: &Packed, t: usize, e: &Expanded, xs: &[XRow], out: *mut f32) {
+unsafe fn rows_f<const F: usize>(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32]) {
+    assert_eq!(out.len(), ROW_TILE * xs.len());
     let mut i = 0;
     while i < xs.len() {
         let c = (xs.len() - i).min(4);
-        let x = &xs[i..i + c];
-        // SAFETY: rows i..i + c of `out` (the caller).
+        let (x, o) = (&xs[i..i + c], &mut out[ROW_TILE * i..ROW_TILE * (i + c)]);
+        // SAFETY: as vouched by the caller.
         unsafe {
-            let o = out.add(i * p.rows);
             match c {
-                4 => write_tile(p, t, &tile_f::<F, 4>(p, e, x.try_into().expect("4")), o),
-                3 => write_tile(p, t, &tile_f::<F, 3>(p, e, x.try_into().expect("3")), o),
-                2 => write_tile(p, t, &tile_f::<F, 2>(p, e, x.try_into().expect("2")), o),
-                _ => write_tile(p, t, &tile_f::<F, 1>(p, e, x.try_into().expect("1")), o),
+                4 => o.copy_from_slice(tile_f::<F, 4>(p, e, x.try_into().expect("4")).as_flattened()),
+                3 => o.copy_from_slice(tile_f::<F, 3>(p, e, x.try_into().expect("3")).as_flattened()),
+                2 => o.copy_from_slice(tile_f::<F, 2>(p, e, x.try_into().expect("2")).as_flattened()),
+                _ => o.copy_from_slice(tile_f::<F, 1>(p, e, x.try_into().expect("1")).as_flattened()),
             }
         }
         i += c;
