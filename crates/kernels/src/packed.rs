@@ -511,7 +511,7 @@ fn run_expanded(
 /// # Safety
 /// `out` must hold `res.len()` rows of `p.rows` outputs.
 #[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn write_tile(p: &Packed, t: usize, res: &[[f32; ROW_TILE]], out: *mut f32) {
+unsafe fn write_tile(p: &Packed, t: usize, res: &[[f32; ROW_TILE]], out: *mut f32) {
     for (c, row) in res.iter().enumerate() {
         for (r, &v) in row.iter().enumerate() {
             let j = p.row_of(t, r);

@@ -17,6 +17,27 @@ use std::arch::x86_64::*;
 /// How many tiles ahead each band's rows are prefetched.
 pub(crate) const PREFETCH_TILES: usize = 4;
 
+/// `$body` with `$F` bound, as a constant, to the format index `$index` ([`FORMATS`]): the
+/// kernels are compiled once per format, and a runtime index picks one.
+#[rustfmt::skip]
+macro_rules! by_format {
+    ($index:expr, $F:ident => $body:expr) => {
+        match $index {
+            0 => { const $F: usize = 0; $body }
+            1 => { const $F: usize = 1; $body }
+            2 => { const $F: usize = 2; $body }
+            3 => { const $F: usize = 3; $body }
+            4 => { const $F: usize = 4; $body }
+            5 => { const $F: usize = 5; $body }
+            6 => { const $F: usize = 6; $body }
+            7 => { const $F: usize = 7; $body }
+            8 => { const $F: usize = 8; $body }
+            _ => { const $F: usize = 9; $body }
+        }
+    };
+}
+pub(crate) use by_format;
+
 /// One activation row as the kernels read it: interleaved values, and per group its scale,
 /// scaled sum (for minimums) and integer sum (for biases), in natural group order.
 #[derive(Clone, Copy)]
@@ -46,20 +67,7 @@ impl XRow {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn tile<const C: usize>(p: &Packed, t: usize, x: &[XRow; C], prefetch: bool) -> [[f32; ROW_TILE]; C] {
     // SAFETY: as vouched by the caller.
-    unsafe {
-        match p.index {
-            0 => tile_f::<0, C>(p, t, x, prefetch),
-            1 => tile_f::<1, C>(p, t, x, prefetch),
-            2 => tile_f::<2, C>(p, t, x, prefetch),
-            3 => tile_f::<3, C>(p, t, x, prefetch),
-            4 => tile_f::<4, C>(p, t, x, prefetch),
-            5 => tile_f::<5, C>(p, t, x, prefetch),
-            6 => tile_f::<6, C>(p, t, x, prefetch),
-            7 => tile_f::<7, C>(p, t, x, prefetch),
-            8 => tile_f::<8, C>(p, t, x, prefetch),
-            _ => tile_f::<9, C>(p, t, x, prefetch),
-        }
-    }
+    unsafe { by_format!(p.index, F => tile_f::<F, C>(p, t, x, prefetch)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -227,7 +235,7 @@ unsafe fn dots<const F: usize, const C: usize, const STEP: usize, const S: usize
 /// `vpmaddwd` + `vpaddd` — twice the instructions of the kernels' inner loop.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
-pub(crate) unsafe fn dpwssd(acc: &mut __m512i, w: __m512i, p: *const i16) {
+unsafe fn dpwssd(acc: &mut __m512i, w: __m512i, p: *const i16) {
     // SAFETY: reads the 64 bytes at p (the caller's activation vector); no other effect.
     unsafe {
         std::arch::asm!("vpdpwssd {a}, {w}, zmmword ptr [{p}]", a = inout(zmm_reg) *acc, w = in(zmm_reg) w,

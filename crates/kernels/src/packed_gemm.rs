@@ -11,7 +11,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use crate::packed::{FORMATS, Packed, ROW_TILE, header_bytes, step_bytes};
-use crate::packed_avx512::{XRow, epilogue, expand, scales, sums};
+use crate::packed_avx512::{XRow, by_format, epilogue, expand, scales, sums};
 use std::arch::x86_64::*;
 
 /// A tile's four rows expanded: `vals[r · nv + i]` is int16 vector `i` of row `r`'s interleaved
@@ -33,20 +33,7 @@ pub struct Expanded {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn expand_tile(p: &Packed, t: usize, e: &mut Expanded, prefetch: bool) {
     // SAFETY: as vouched by the caller.
-    unsafe {
-        match p.index {
-            0 => expand_tile_f::<0>(p, t, e, prefetch),
-            1 => expand_tile_f::<1>(p, t, e, prefetch),
-            2 => expand_tile_f::<2>(p, t, e, prefetch),
-            3 => expand_tile_f::<3>(p, t, e, prefetch),
-            4 => expand_tile_f::<4>(p, t, e, prefetch),
-            5 => expand_tile_f::<5>(p, t, e, prefetch),
-            6 => expand_tile_f::<6>(p, t, e, prefetch),
-            7 => expand_tile_f::<7>(p, t, e, prefetch),
-            8 => expand_tile_f::<8>(p, t, e, prefetch),
-            _ => expand_tile_f::<9>(p, t, e, prefetch),
-        }
-    }
+    unsafe { by_format!(p.index, F => expand_tile_f::<F>(p, t, e, prefetch)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -102,20 +89,7 @@ unsafe fn expand_tile_f<const F: usize>(p: &Packed, t: usize, e: &mut Expanded, 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn tile_rows(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32]) {
     // SAFETY: as vouched by the caller.
-    unsafe {
-        match p.index {
-            0 => rows_f::<0>(p, e, xs, out),
-            1 => rows_f::<1>(p, e, xs, out),
-            2 => rows_f::<2>(p, e, xs, out),
-            3 => rows_f::<3>(p, e, xs, out),
-            4 => rows_f::<4>(p, e, xs, out),
-            5 => rows_f::<5>(p, e, xs, out),
-            6 => rows_f::<6>(p, e, xs, out),
-            7 => rows_f::<7>(p, e, xs, out),
-            8 => rows_f::<8>(p, e, xs, out),
-            _ => rows_f::<9>(p, e, xs, out),
-        }
-    }
+    unsafe { by_format!(p.index, F => rows_f::<F>(p, e, xs, out)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -192,8 +166,8 @@ unsafe fn dots<const C: usize>(w: *const __m512i, nv: usize, x: [*const i16; C],
     acc
 }
 
-/// `acc += Σ pairs of w · x` by `vpdpwssd` on registers (inline assembly: see
-/// [`crate::packed_avx512::dpwssd`]).
+/// `acc += Σ pairs of w · x` by `vpdpwssd` on registers (inline assembly: LLVM splits the
+/// intrinsic into `vpmaddwd` + `vpaddd` for a generic x86-64 target).
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
 fn dpwssd(acc: &mut __m512i, w: __m512i, x: __m512i) {
