@@ -481,25 +481,27 @@ fn run_expanded(
     for b0 in (0..m).step_by(ACT_BLOCK) {
         let nb = (m - b0).min(ACT_BLOCK);
         let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
-        let per_tile = ROW_TILE * nb;
-        staged.resize(per_tile * tiles.len(), 0.0);
-        for (t, st) in tiles.clone().zip(staged.chunks_exact_mut(per_tile)) {
+        let nt = tiles.len();
+        // Runs an odd number of cache lines apart, so a call's sixteen stores fall in different
+        // L1 sets (runs a power of two of lines apart shared a few sets and evicted each other).
+        let stride = (nt.div_ceil(16) | 1) * 16;
+        staged.resize(ROW_TILE * nb * stride, 0.0);
+        for (i, t) in tiles.clone().enumerate() {
             // SAFETY: the tier was checked; rows were interleaved by this layout; `e` holds
             // tile t when the rows are dotted.
             unsafe {
                 crate::packed_gemm::expand_tile(p, t, e, b0 == 0);
-                crate::packed_gemm::tile_rows(p, e, &xs[..nb], st);
+                crate::packed_gemm::tile_rows(p, e, &xs[..nb], &mut staged[i..], stride);
             }
         }
-        // Each (activation row, band) takes a run of consecutive outputs.
-        for c in 0..nb {
-            for r in 0..ROW_TILE {
-                let run = (p.row_of(tiles.start, r)..p.row_of(tiles.end, r)).take_while(|&j| j < p.rows);
-                for (i, j) in run.enumerate() {
-                    // SAFETY: this task alone writes these outputs (the columns of its tiles).
-                    unsafe { *out.get().add((b0 + c) * p.rows + j) = staged[i * per_tile + ROW_TILE * c + r] };
-                }
-            }
+        // Each (activation row, band) takes a run of consecutive outputs (padding rows dropped).
+        for (k, run) in staged.chunks_exact(stride).enumerate() {
+            let (c, r) = (k / ROW_TILE, k % ROW_TILE);
+            let j0 = p.row_of(tiles.start, r);
+            let len = nt.min(p.rows.saturating_sub(j0));
+            // SAFETY: this task alone writes these outputs (the columns of its tiles).
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add((b0 + c) * p.rows + j0), len) };
+            dst.copy_from_slice(&run[..len]);
         }
     }
     e.staged = staged;

@@ -112,7 +112,10 @@ unsafe fn tile_f<const F: usize, const C: usize>(
                 ($r:literal) => {
                     let sc = scales::<F>(base[$r], ch.groups);
                     for c in 0..C {
-                        epilogue::<F>(ch, isums[$r][c], sc, &x[c], true, &mut acc[$r][c], &mut accm[$r][c]);
+                        epilogue::<F>(ch, isums[$r][c], sc.0, &x[c], true, &mut acc[$r][c]);
+                        if f.scales.mins() {
+                            epilogue_mins(ch, sc.1, &x[c], &mut accm[$r][c]);
+                        }
                     }
                 };
             }
@@ -401,52 +404,114 @@ fn hsum16(v: __m512) -> f32 {
     x86_hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
 }
 
-/// One chunk's groups of one (weight row, activation row) into the accumulators (group `g` in
+/// One chunk's groups of one (weight row, activation row) into the accumulator (group `g` in
 /// lane `g mod 16`). `biased`: the integer sums are of stored values `u = q + bias`, so
-/// `bias · Σ x` is taken off (exactly, in integers).
+/// `bias · Σ x` is taken off (exactly, in integers). The minimums' term is [`epilogue_mins`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 pub(crate) unsafe fn epilogue<const F: usize>(
     ch: &Chunk,
     isum: __m512i,
-    (vs, mc): (__m512, __m512),
+    vs: __m512,
     x: &XRow,
     biased: bool,
     acc: &mut __m512,
-    accm: &mut __m512,
 ) {
     let f = FORMATS[F].1;
+    let (k, g) = window(ch);
+    let mut isum = place(ch, isum);
+    if biased && f.bias != 0 {
+        // SAFETY: the activation row has an integer sum per group; the masked load reads only
+        // this chunk's groups.
+        let xs = unsafe { _mm512_maskz_loadu_epi32(k, x.isum.add(g)) };
+        let shift = _mm_cvtsi32_si128(f.bias.trailing_zeros() as i32);
+        isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(xs, shift));
+    }
+    // SAFETY: as vouched by the caller.
+    unsafe { epilogue_placed(ch, _mm512_cvtepi32_ps(isum), vs, x, acc) }
+}
+
+/// [`epilogue`] of group sums already in their lanes, as floats ([`place`], [`place_x16`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub(crate) unsafe fn epilogue_placed(ch: &Chunk, fsum: __m512, vs: __m512, x: &XRow, acc: &mut __m512) {
+    let (k, g) = window(ch);
+    let vs = if ch.g0.is_multiple_of(LANES) { vs } else { _mm512_maskz_expand_ps(k, vs) };
+    // SAFETY: the activation row has a scale per group; the masked load reads only this chunk's
+    // groups.
+    let scl = _mm512_mul_ps(vs, unsafe { _mm512_maskz_loadu_ps(k, x.dx.add(g)) });
+    // Masked: lanes outside the chunk's groups keep their accumulators exactly.
+    *acc = _mm512_mask3_fmadd_ps(fsum, scl, *acc, k);
+}
+
+/// A chunk's integer lanes as group sums in their accumulator lanes ([`window`]).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn place(ch: &Chunk, isum: __m512i) -> __m512i {
     let isum = match ch.s {
         1 => isum,
         2 => gather_groups::<2>(isum),
         4 => gather_groups::<4>(isum),
         _ => gather_groups::<8>(isum),
     };
-    // Group g0 + l belongs in accumulator lane (g0 + l) mod 16: a tail piece after an 8-group
-    // one starts at lane 8, so its lanes move up (and the activation's per-group values are read
-    // from the 16-group window holding them).
-    let off = ch.g0 % LANES;
-    let k = lanes(ch.groups) << off;
-    let (mut isum, vs, mc) = if off == 0 {
-        (isum, vs, mc)
-    } else {
-        (_mm512_maskz_expand_epi32(k, isum), _mm512_maskz_expand_ps(k, vs), _mm512_maskz_expand_ps(k, mc))
-    };
-    let g = ch.g0 - off;
-    // SAFETY: the activation row has a scale, scaled sum and integer sum per group; masked
-    // loads read only this chunk's groups.
-    unsafe {
-        if biased && f.bias != 0 {
-            let xs = _mm512_maskz_loadu_epi32(k, x.isum.add(g));
-            let shift = _mm_cvtsi32_si128(f.bias.trailing_zeros() as i32);
-            isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(xs, shift));
-        }
-        let fsum = _mm512_cvtepi32_ps(isum);
-        let scl = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(k, x.dx.add(g)));
-        // Masked: lanes outside the chunk's groups keep their accumulators exactly.
-        *acc = _mm512_mask3_fmadd_ps(fsum, scl, *acc, k);
-        if f.scales.mins() {
-            *accm = _mm512_mask3_fmadd_ps(mc, _mm512_maskz_loadu_ps(k, x.dsum.add(g)), *accm, k);
+    if ch.g0.is_multiple_of(LANES) { isum } else { _mm512_maskz_expand_epi32(window(ch).0, isum) }
+}
+
+/// [`place`] of sixteen (row, activation) pairs' integer lanes of a tail chunk (`s` = 2, 4 or
+/// 8 lanes a group), as floats: the lanes are added by a transposing reduction over all sixteen
+/// (each step adds adjacent lanes of two vectors into one), so the additions and the
+/// conversion are shared; one permutation a pair then moves its sums to their lanes. Integer
+/// sums: any association is exact.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn place_x16(ch: &Chunk, v: [__m512i; 16]) -> [__m512; 16] {
+    match ch.s {
+        2 => place_x16_s::<2>(ch, v),
+        4 => place_x16_s::<4>(ch, v),
+        _ => place_x16_s::<8>(ch, v),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn place_x16_s<const S: usize>(ch: &Chunk, mut v: [__m512i; 16]) -> [__m512; 16] {
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    // After log2(S) steps, pair p's 16 / S group sums are lanes (p % S)·(16 / S) + j of v[p / S].
+    let mut n = 16;
+    while n > 16 / S {
+        n /= 2;
+        for i in 0..n {
+            let (a, b) = (v[2 * i], v[2 * i + 1]);
+            v[i] = _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
         }
     }
+    let z: [__m512; 16] = std::array::from_fn(|i| if i < n { _mm512_cvtepi32_ps(v[i]) } else { _mm512_setzero_ps() });
+    // Lane off + j takes sum j (the other lanes are masked off by the epilogue).
+    let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let off = (ch.g0 % LANES) as i32;
+    let idx: [__m512i; S] =
+        std::array::from_fn(|q| _mm512_add_epi32(iota, _mm512_set1_epi32((q * 16 / S) as i32 - off)));
+    std::array::from_fn(|p| _mm512_permutexvar_ps(idx[p % S], z[p / S]))
+}
+
+/// One chunk's minimums term of one (weight row, activation row): `mcoef · Σ x` per group, into
+/// its own accumulator (so it needs no integer sums and can run apart from the dots).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub(crate) unsafe fn epilogue_mins(ch: &Chunk, mc: __m512, x: &XRow, accm: &mut __m512) {
+    let (k, g) = window(ch);
+    let mc = if ch.g0.is_multiple_of(LANES) { mc } else { _mm512_maskz_expand_ps(k, mc) };
+    // SAFETY: the activation row has a scaled sum per group; the masked load reads only this
+    // chunk's groups.
+    unsafe { *accm = _mm512_mask3_fmadd_ps(mc, _mm512_maskz_loadu_ps(k, x.dsum.add(g)), *accm, k) };
+}
+
+/// A chunk's accumulator lanes and the first group of their 16-group window. Group `g0 + l`
+/// belongs in lane `(g0 + l) mod 16`: a tail piece after an 8-group one starts at lane 8, so its
+/// lanes move up (and the activation's per-group values are read from the window holding them).
+#[inline]
+fn window(ch: &Chunk) -> (__mmask16, usize) {
+    let off = ch.g0 % LANES;
+    (lanes(ch.groups) << off, ch.g0 - off)
 }
