@@ -457,24 +457,14 @@ fn place(ch: &Chunk, isum: __m512i) -> __m512i {
     if ch.g0.is_multiple_of(LANES) { isum } else { _mm512_maskz_expand_epi32(window(ch).0, isum) }
 }
 
-/// [`place`] of sixteen (row, activation) pairs' integer lanes of a tail chunk (`s` = 2, 4 or
-/// 8 lanes a group), as floats: the lanes are added by a transposing reduction over all sixteen
+/// [`place`] of sixteen (row, activation) pairs' integer lanes of a tail chunk (`S` = `s` = 2,
+/// 4 or 8 lanes a group), as floats: the lanes are added by a transposing reduction over all sixteen
 /// (each step adds adjacent lanes of two vectors into one), so the additions and the
 /// conversion are shared; one permutation a pair then moves its sums to their lanes. Integer
 /// sums: any association is exact.
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub(crate) fn place_x16(ch: &Chunk, v: [__m512i; 16]) -> [__m512; 16] {
-    match ch.s {
-        2 => place_x16_s::<2>(ch, v),
-        4 => place_x16_s::<4>(ch, v),
-        _ => place_x16_s::<8>(ch, v),
-    }
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn place_x16_s<const S: usize>(ch: &Chunk, mut v: [__m512i; 16]) -> [__m512; 16] {
+pub(crate) fn place_x16<const S: usize>(ch: &Chunk, mut v: [__m512i; 16]) -> [__m512; 16] {
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     // After log2(S) steps, pair p's 16 / S group sums are lanes (p % S)·(16 / S) + j of v[p / S].

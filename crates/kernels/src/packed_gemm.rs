@@ -139,7 +139,12 @@ unsafe fn tile_f<const F: usize, const C: usize>(p: &Packed, e: &Expanded, x: &[
             let isums = dots::<C>(w, e.nv, xq, ch.v);
             if ch.s > 1 && C == 4 {
                 // A tail chunk: its lanes are gathered for all sixteen pairs at once.
-                let fs = place_x16(ch, std::array::from_fn(|p| isums[p % ROW_TILE][p / ROW_TILE]));
+                let v = std::array::from_fn(|p| isums[p % ROW_TILE][p / ROW_TILE]);
+                let fs = match ch.s {
+                    2 => place_x16::<2>(ch, v),
+                    4 => place_x16::<4>(ch, v),
+                    _ => place_x16::<8>(ch, v),
+                };
                 for r in 0..ROW_TILE {
                     for c in 0..C {
                         epilogue_placed(ch, fs[ROW_TILE * c + r], sc[r].0, &x[c], &mut acc[r][c]);
