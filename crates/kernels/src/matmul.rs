@@ -272,6 +272,17 @@ pub(crate) mod x86 {
         }
     }
 
+    /// [`prefetch_lines`] into this core's L1 in the exclusive state (`prefetchw`).
+    #[inline]
+    pub(crate) fn prefetch_lines_for_write(p: *const u8, len: usize) {
+        let mut off = 0;
+        while off < len {
+            // SAFETY: a prefetch is only a hint and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(off) as *const i8) };
+            off += 64;
+        }
+    }
+
     /// Output columns `j0..j1` (weight rows) of all `m` activation rows. Activation rows go in
     /// chunks that stay in L2 and, within a chunk, in pairs against each group of four weight
     /// rows (which stays in L1): every weight is read from memory once, converted once per pair.

@@ -486,12 +486,22 @@ fn run_expanded(
         // L1 sets (runs a power of two of lines apart shared a few sets and evicted each other).
         let stride = (nt.div_ceil(16) | 1) * 16;
         staged.resize(ROW_TILE * nb * stride, 0.0);
+        // The runs' output lines, fetched for writing a few per tile while the tiles compute:
+        // the copy below then finds them owned (its stores otherwise waited on each line, often
+        // held by the other core that read the previous output).
+        let runs = ROW_TILE * nb;
+        let per_tile = runs.div_ceil(nt);
         for (i, t) in tiles.clone().enumerate() {
             // SAFETY: the tier was checked; rows were interleaved by this layout; `e` holds
             // tile t when the rows are dotted.
             unsafe {
                 crate::packed_gemm::expand_tile(p, t, e, b0 == 0);
                 crate::packed_gemm::tile_rows(p, e, &xs[..nb], &mut staged[i..], stride);
+            }
+            for k in (i * per_tile..(i + 1) * per_tile).take_while(|&k| k < runs) {
+                let (c, r) = (k / ROW_TILE, k % ROW_TILE);
+                let at = out.get().wrapping_add((b0 + c) * p.rows + p.row_of(tiles.start, r));
+                crate::matmul::x86::prefetch_lines_for_write(at as *const u8, nt * 4);
             }
         }
         // Each (activation row, band) takes a run of consecutive outputs (padding rows dropped).
