@@ -331,14 +331,56 @@ mod x86 {
     use crate::matmul::x86::{dense, load8};
     use std::arch::x86_64::*;
 
-    /// Four rows at a time through the dense matmul kernel (the same reduction per row).
+    /// Eight rows at a time by [`dots8`] where the head size is a multiple of 8, the rest four
+    /// at a time through the dense matmul kernel: the same reduction per row either way.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dots<const T: u8>(q: &[f32], k: *const u8, stride: usize, scale: f32, out: &mut [f32]) {
-        for (c, rows) in out.chunks_mut(4).enumerate() {
+        let mut j = 0;
+        if q.len().is_multiple_of(8) {
+            while j + 8 <= out.len() {
+                // SAFETY: rows j..j + 8 exist (caller); 8 floats of `out` from j.
+                unsafe {
+                    let s = dots8::<T>(q, k.add(j * stride), stride);
+                    _mm256_storeu_ps(out.as_mut_ptr().add(j), _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+                }
+                j += 8;
+            }
+        }
+        for (c, rows) in out[j..].chunks_mut(4).enumerate() {
             // SAFETY: the rows exist (caller); at most four per call, as `dense` requires.
-            unsafe { dense::<T, 1>([q], k.add(4 * c * stride), stride, [rows], std::ptr::null()) };
+            unsafe { dense::<T, 1>([q], k.add((j + 4 * c) * stride), stride, [rows], std::ptr::null()) };
             rows.iter_mut().for_each(|o| *o *= scale);
         }
+    }
+
+    /// `q ·` eight rows (`q.len()` a multiple of 8): each row's 8-lane FMA chain as in `dense`,
+    /// eight chains in flight instead of four (decode's dots were latency-bound), then the eight
+    /// horizontal sums at once by a transposing reduction in [`crate::matmul::hsum8`]'s
+    /// association. Lane `j` is row `j`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dots8<const T: u8>(q: &[f32], k: *const u8, stride: usize) -> __m256 {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for i in (0..q.len()).step_by(8) {
+            // SAFETY: elements i..i + 8 of q and of the eight rows exist (caller).
+            unsafe {
+                let qv = _mm256_loadu_ps(q.as_ptr().add(i));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(qv, load8::<T>(k.add(r * stride), i), *a);
+                }
+            }
+        }
+        // s = lo + hi halves: w[p] holds s of row p (low 128 bits) and of row p + 4.
+        let w: [__m256; 4] = std::array::from_fn(|p| {
+            let (a, b) = (acc[p], acc[p + 4]);
+            _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b))
+        });
+        // t = (s0 + s2, s1 + s3): u[0] holds rows 0, 1 (and 4, 5), u[1] rows 2, 3 (and 6, 7).
+        let u: [__m256; 2] = std::array::from_fn(|h| {
+            let (a, b) = (w[2 * h], w[2 * h + 1]);
+            _mm256_add_ps(_mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xEE>(a, b))
+        });
+        _mm256_add_ps(_mm256_shuffle_ps::<0x88>(u[0], u[1]), _mm256_shuffle_ps::<0xDD>(u[0], u[1]))
     }
 
     /// `acc += Σ_j w[j] · row j`. Each element sums its own products in row order, so any
@@ -529,13 +571,14 @@ mod tests {
     /// chunking, and the same bits on every tier.
     #[test]
     fn paged_chunked_equals_dense_and_is_chunk_and_tier_invariant() {
-        for hd in [20, 64, 128, 256] {
-            chunk_and_tier_invariant(hd);
+        // Blocks of 4 keep the dot runs short; blocks of 16 give runs of eight and more.
+        for (hd, bs) in [(20, 4), (64, 4), (128, 4), (256, 4), (20, 16), (64, 16), (128, 16)] {
+            chunk_and_tier_invariant(hd, bs);
         }
     }
 
-    fn chunk_and_tier_invariant(hd: usize) {
-        let (n, heads, kvh, bs) = (37, 4, 2, 4);
+    fn chunk_and_tier_invariant(hd: usize, bs: usize) {
+        let (n, heads, kvh) = (37, 4, 2);
         let q = rand_vec(n * heads * hd, 1);
         let k = rand_vec(n * kvh * hd, 2);
         let v = rand_vec(n * kvh * hd, 3);
