@@ -481,37 +481,34 @@ fn run_expanded(
     for b0 in (0..m).step_by(ACT_BLOCK) {
         let nb = (m - b0).min(ACT_BLOCK);
         let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
-        let nt = tiles.len();
-        // Runs an odd number of cache lines apart, so a call's sixteen stores fall in different
-        // L1 sets (runs a power of two of lines apart shared a few sets and evicted each other).
-        let stride = (nt.div_ceil(16) | 1) * 16;
-        staged.resize(ROW_TILE * nb * stride, 0.0);
+        let (nt, per_tile) = (tiles.len(), ROW_TILE * nb);
+        staged.resize(per_tile * nt, 0.0);
         // The runs' output lines, fetched for writing a few per tile while the tiles compute:
         // the copy below then finds them owned (its stores otherwise waited on each line, often
         // held by the other core that read the previous output).
-        let runs = ROW_TILE * nb;
-        let per_tile = runs.div_ceil(nt);
-        for (i, t) in tiles.clone().enumerate() {
+        let ahead = per_tile.div_ceil(nt);
+        for (i, (t, st)) in tiles.clone().zip(staged.chunks_exact_mut(per_tile)).enumerate() {
             // SAFETY: the tier was checked; rows were interleaved by this layout; `e` holds
             // tile t when the rows are dotted.
             unsafe {
                 crate::packed_gemm::expand_tile(p, t, e, b0 == 0);
-                crate::packed_gemm::tile_rows(p, e, &xs[..nb], &mut staged[i..], stride);
+                crate::packed_gemm::tile_rows(p, e, &xs[..nb], st);
             }
-            for k in (i * per_tile..(i + 1) * per_tile).take_while(|&k| k < runs) {
+            for k in (i * ahead..(i + 1) * ahead).take_while(|&k| k < per_tile) {
                 let (c, r) = (k / ROW_TILE, k % ROW_TILE);
                 let at = out.get().wrapping_add((b0 + c) * p.rows + p.row_of(tiles.start, r));
                 crate::matmul::x86::prefetch_lines_for_write(at as *const u8, nt * 4);
             }
         }
-        // Each (activation row, band) takes a run of consecutive outputs (padding rows dropped).
-        for (k, run) in staged.chunks_exact(stride).enumerate() {
-            let (c, r) = (k / ROW_TILE, k % ROW_TILE);
-            let j0 = p.row_of(tiles.start, r);
-            let len = nt.min(p.rows.saturating_sub(j0));
-            // SAFETY: this task alone writes these outputs (the columns of its tiles).
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add((b0 + c) * p.rows + j0), len) };
-            dst.copy_from_slice(&run[..len]);
+        // Each (activation row, band) takes a run of consecutive outputs.
+        for c in 0..nb {
+            for r in 0..ROW_TILE {
+                let run = (p.row_of(tiles.start, r)..p.row_of(tiles.end, r)).take_while(|&j| j < p.rows);
+                for (i, j) in run.enumerate() {
+                    // SAFETY: this task alone writes these outputs (the columns of its tiles).
+                    unsafe { *out.get().add((b0 + c) * p.rows + j) = staged[i * per_tile + ROW_TILE * c + r] };
+                }
+            }
         }
     }
     e.staged = staged;

@@ -23,8 +23,8 @@ pub struct Expanded {
     vals: Vec<__m512i>,
     scales: Vec<[(__m512, __m512); ROW_TILE]>,
     nv: usize,
-    /// Results of a task's tiles for one block of activation rows, one run of the tiles per
-    /// (activation row, band) ([`tile_rows`]'s layout), before they are copied out.
+    /// Results of a task's tiles for one block of activation rows, tile by tile
+    /// ([`tile_rows`]'s layout), before they are written out in runs.
     pub staged: Vec<f32>,
 }
 
@@ -81,47 +81,37 @@ unsafe fn expand_tile_f<const F: usize>(p: &Packed, t: usize, e: &mut Expanded, 
     }
 }
 
-/// The tile expanded in `e` against every row of `xs`: row `i` of `xs` times the tile's row `r`
-/// goes to `out[(4·i + r) · stride]`. With `stride` the number of a task's tiles and `out`
-/// offset by the tile's place among them, each (activation row, band) gets a contiguous run of
-/// a staging buffer, copied to the output at once (sixteen floats into sixteen far-apart output
-/// rows per call cost more).
+/// The tile expanded in `e` against every row of `xs`: `out[4·i + r]` is row `i` of `xs` times
+/// the tile's row `r` (a contiguous block, so a call stores whole vectors into a staging
+/// buffer rather than sixteen floats into sixteen output rows).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/VNNI; `e` holds a tile of `p` ([`expand_tile`]); `xs`
 /// rows must be interleaved by `p.plan`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn tile_rows(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32], stride: usize) {
+pub unsafe fn tile_rows(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32]) {
     // SAFETY: as vouched by the caller.
-    unsafe { by_format!(p.index, F => rows_f::<F>(p, e, xs, out, stride)) }
+    unsafe { by_format!(p.index, F => rows_f::<F>(p, e, xs, out)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn rows_f<const F: usize>(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32], stride: usize) {
-    assert!(out.len() > (ROW_TILE * xs.len() - 1) * stride);
+unsafe fn rows_f<const F: usize>(p: &Packed, e: &Expanded, xs: &[XRow], out: &mut [f32]) {
+    assert_eq!(out.len(), ROW_TILE * xs.len());
     let mut i = 0;
     while i < xs.len() {
         let c = (xs.len() - i).min(4);
-        let x = &xs[i..i + c];
+        let (x, o) = (&xs[i..i + c], &mut out[ROW_TILE * i..ROW_TILE * (i + c)]);
         // SAFETY: as vouched by the caller.
-        let res = unsafe {
+        unsafe {
             match c {
-                4 => tile_f::<F, 4>(p, e, x.try_into().expect("4")),
-                3 => pad(tile_f::<F, 3>(p, e, x.try_into().expect("3"))),
-                2 => pad(tile_f::<F, 2>(p, e, x.try_into().expect("2"))),
-                _ => pad(tile_f::<F, 1>(p, e, x.try_into().expect("1"))),
+                4 => o.copy_from_slice(tile_f::<F, 4>(p, e, x.try_into().expect("4")).as_flattened()),
+                3 => o.copy_from_slice(tile_f::<F, 3>(p, e, x.try_into().expect("3")).as_flattened()),
+                2 => o.copy_from_slice(tile_f::<F, 2>(p, e, x.try_into().expect("2")).as_flattened()),
+                _ => o.copy_from_slice(tile_f::<F, 1>(p, e, x.try_into().expect("1")).as_flattened()),
             }
-        };
-        for (k, v) in res[..c].as_flattened().iter().enumerate() {
-            out[(ROW_TILE * i + k) * stride] = *v;
         }
         i += c;
     }
-}
-
-/// `C ≤ 4` rows of results as four (the missing ones zero).
-fn pad<const C: usize>(r: [[f32; ROW_TILE]; C]) -> [[f32; ROW_TILE]; 4] {
-    std::array::from_fn(|c| if c < C { r[c] } else { [0.0; ROW_TILE] })
 }
 
 /// `out[c][r] = x[c] · row p.row_of(t, r)` for the tile expanded in `e` and `C` activation rows.
