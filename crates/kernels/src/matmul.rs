@@ -262,24 +262,23 @@ pub(crate) mod x86 {
         if T == 0 { 4 } else { 2 }
     }
 
+    /// The lines of `len` bytes from `p` fetched into this core's L1.
     #[inline]
     pub(crate) fn prefetch_lines(p: *const u8, len: usize) {
-        let mut off = 0;
-        while off < len {
-            // SAFETY: a prefetch is only a hint and never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
-            off += 64;
-        }
+        prefetch_lines_as::<_MM_HINT_T0>(p, len);
     }
 
-    /// [`prefetch_lines`] into this core's L1 in the exclusive state (`prefetchw`).
+    /// [`prefetch_lines`] in the exclusive state (`prefetchw`), for lines about to be written.
     #[inline]
     pub(crate) fn prefetch_lines_for_write(p: *const u8, len: usize) {
-        let mut off = 0;
-        while off < len {
+        prefetch_lines_as::<_MM_HINT_ET0>(p, len);
+    }
+
+    #[inline]
+    fn prefetch_lines_as<const HINT: i32>(p: *const u8, len: usize) {
+        for off in (0..len).step_by(64) {
             // SAFETY: a prefetch is only a hint and never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(off) as *const i8) };
-            off += 64;
+            unsafe { _mm_prefetch::<HINT>(p.wrapping_add(off) as *const i8) };
         }
     }
 
