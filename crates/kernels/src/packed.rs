@@ -133,11 +133,9 @@ pub struct Plan {
     pub row_bytes: usize,
     /// int16 values per interleaved activation row.
     pub x_len: usize,
-    /// Where natural value pair `p` (values `2p, 2p+1` of a row) goes, in pairs of the
-    /// interleaved row.
-    pub xmap: Vec<u32>,
-    /// The largest entry of `xmap`.
-    pub xmax: usize,
+    /// For each pair of an interleaved row, the natural value pair it holds (values `2p`,
+    /// `2p + 1` of the row), or −1 for an empty lane: layouts are made by gathering.
+    pub xsrc: Vec<i32>,
 }
 
 impl Plan {
@@ -167,18 +165,17 @@ impl Plan {
             x_offset += v * 32;
             g0 += n;
         }
-        let mut xmap = vec![0u32; k / 2];
+        let mut xsrc = vec![-1i32; x_offset / 2];
         for c in &chunks {
             for gl in 0..c.groups {
                 for j in 0..pairs {
                     let (v, lane) = c.slot(gl, j);
-                    xmap[((c.g0 + gl) * group) / 2 + j] = (c.x_offset / 2 + v * LANES + lane) as u32;
+                    xsrc[c.x_offset / 2 + v * LANES + lane] = (((c.g0 + gl) * group) / 2 + j) as i32;
                 }
             }
         }
         // Rows start at multiples of 32 bytes, so aligned planes stay aligned in every row.
-        let xmax = xmap.iter().copied().max().unwrap_or(0) as usize;
-        Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xmap, xmax }
+        Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xsrc }
     }
 
     /// Whether activations interleaved for `other` suit this plan too.
@@ -190,13 +187,26 @@ impl Plan {
     /// zero where no value goes.
     pub fn interleave(&self, q: &[i16], m: usize, out: &mut Interleaved) {
         assert_eq!(q.len(), m * self.k);
-        let dst = out.reset(m * self.x_len);
+        let dst = out.reuse(m * self.x_len);
         for (src, dst) in q.chunks_exact(self.k).zip(dst.chunks_exact_mut(self.x_len)) {
-            for (p, &to) in self.xmap.iter().enumerate() {
-                let to = to as usize * 2;
-                dst[to] = src[2 * p];
-                dst[to + 1] = src[2 * p + 1];
-            }
+            // SAFETY: both rows hold whole pairs in 4-byte-aligned storage (`Vec<i16>` from
+            // the allocator, `Interleaved` 64-byte-aligned), any bits are a valid u32.
+            let (src, dst) = unsafe { (src.align_to::<u32>(), dst.align_to_mut::<u32>()) };
+            assert!(src.0.is_empty() && dst.0.is_empty(), "i16 buffers not 4-byte aligned");
+            self.gather_pairs(src.1, dst.1);
+        }
+    }
+
+    /// `dst[i] = src[xsrc[i]]` (0 where `xsrc[i] < 0`): one row laid out, pairs as words.
+    pub fn gather_pairs(&self, src: &[u32], dst: &mut [u32]) {
+        assert!(src.len() == self.k / 2 && dst.len() == self.xsrc.len());
+        #[cfg(target_arch = "x86_64")]
+        if crate::isa::Tier::Avx512.supported() {
+            // SAFETY: the CPU has AVX-512 F; every entry of xsrc is < k/2 = src.len() (Plan::new).
+            return unsafe { crate::packed_avx512::gather_pairs(&self.xsrc, src, dst) };
+        }
+        for (d, &from) in dst.iter_mut().zip(&self.xsrc) {
+            *d = if from < 0 { 0 } else { src[from as usize] };
         }
     }
 }
@@ -217,6 +227,11 @@ impl Aligned {
     /// `len` zero bytes, reusing the allocation.
     pub fn reset(&mut self, len: usize) -> &mut [u8] {
         self.lines.clear();
+        self.reuse(len)
+    }
+
+    /// `len` bytes as they were (zero where the buffer grows), reusing the allocation.
+    pub fn reuse(&mut self, len: usize) -> &mut [u8] {
         self.lines.resize(len.div_ceil(64), Line([0; 64]));
         self.len = len;
         self.bytes_mut()
@@ -239,16 +254,16 @@ impl Aligned {
 pub struct Interleaved(Aligned);
 
 impl Interleaved {
-    /// `len` zero values, reusing the allocation.
-    fn reset(&mut self, len: usize) -> &mut [i16] {
-        let b = self.0.reset(2 * len);
+    /// `len` values (left as they were, or zero where the buffer grows), reusing the allocation.
+    fn reuse(&mut self, len: usize) -> &mut [i16] {
+        let b = self.0.reuse(2 * len);
         // SAFETY: 64-byte-aligned storage of 2·len bytes holds len i16.
         unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut i16, len) }
     }
 
     pub fn as_slice(&self) -> &[i16] {
         let b = self.0.bytes();
-        // SAFETY: as in `reset`.
+        // SAFETY: as in `reuse`.
         unsafe { std::slice::from_raw_parts(b.as_ptr() as *const i16, b.len() / 2) }
     }
 }
@@ -324,7 +339,7 @@ impl Packed {
         for (b, blk) in w.row(row).chunks_exact(ts).enumerate() {
             group_scales(w.ty, blk, &mut s.fields[b * gpb..(b + 1) * gpb]);
         }
-        // Stored (biased) values in the slots the activations take ([`Plan::xmap`]).
+        // Stored (biased) values in the slots the activations take ([`Plan::xsrc`]).
         s.panel.q.iter_mut().for_each(|q| *q += f.bias);
         s.slots.clear();
         s.slots.resize(plan.x_len, 0);
@@ -333,12 +348,7 @@ impl Packed {
         // SAFETY: any bit pattern is a valid u32 and a valid pair of i16.
         let (src, slots) = unsafe { (s.panel.q.align_to::<u32>(), s.slots.align_to_mut::<u32>()) };
         assert!(src.0.is_empty() && slots.0.is_empty(), "i16 buffers not 4-byte aligned");
-        let (src, slots) = (src.1, slots.1);
-        assert!(src.len() == plan.xmap.len() && plan.xmax < slots.len());
-        for (p, &to) in plan.xmap.iter().enumerate() {
-            // SAFETY: p < xmap.len() = src.len(), and every entry is ≤ xmax < slots.len().
-            unsafe { *slots.get_unchecked_mut(to as usize) = *src.get_unchecked(p) };
-        }
+        plan.gather_pairs(src.1, slots.1);
         for c in &plan.chunks {
             let dst = &mut dst[c.offset..c.offset + c.bytes];
             let hb = header_bytes(f, c.groups);
@@ -412,7 +422,8 @@ thread_local! {
     static EXPANDED: std::cell::RefCell<crate::packed_gemm::Expanded> = Default::default();
 }
 
-/// Activation rows `b0..b0 + n` (clamped, so blocks can be built whole) as kernel rows.
+/// Activation rows `b0..b0 + n` as kernel rows (the rest of the block repeats row `b0`: blocks
+/// are built whole, and only their first `n` rows are read).
 #[cfg(target_arch = "x86_64")]
 fn x_rows<const N: usize>(
     a: &QuantizedActs,
@@ -421,7 +432,12 @@ fn x_rows<const N: usize>(
     b0: usize,
     n: usize,
 ) -> [crate::packed_avx512::XRow; N] {
-    std::array::from_fn(|i| crate::packed_avx512::XRow::new(a, qi, plan.x_len, plan.group, b0 + i.min(n - 1)))
+    let row = |i| crate::packed_avx512::XRow::new(a, qi, plan.x_len, plan.group, i);
+    let mut rows = [row(b0); N];
+    for (i, r) in rows.iter_mut().enumerate().take(n).skip(1) {
+        *r = row(b0 + i);
+    }
+    rows
 }
 
 /// A task's tiles against all activation rows, expanding weights in registers: activation rows
@@ -501,15 +517,10 @@ fn run_expanded(
             }
         }
         // Each (activation row, band) takes a run of consecutive outputs.
-        for c in 0..nb {
-            for r in 0..ROW_TILE {
-                let run = (p.row_of(tiles.start, r)..p.row_of(tiles.end, r)).take_while(|&j| j < p.rows);
-                for (i, j) in run.enumerate() {
-                    // SAFETY: this task alone writes these outputs (the columns of its tiles).
-                    unsafe { *out.get().add((b0 + c) * p.rows + j) = staged[i * per_tile + ROW_TILE * c + r] };
-                }
-            }
-        }
+        let starts = [0, 1, 2, 3].map(|r| p.row_of(tiles.start, r));
+        // SAFETY: the tier was checked; this task alone writes these outputs (the columns of
+        // its tiles) of rows b0..b0 + nb.
+        unsafe { crate::packed_gemm::write_runs(&staged, nb, starts, p.rows, out.get().add(b0 * p.rows)) };
     }
     e.staged = staged;
 }
@@ -821,15 +832,36 @@ mod tests {
         }
     }
 
+    /// The vector gather lays out rows as the plain loop over `xsrc` does.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn interleave_gathers_as_the_plain_loop() {
+        if !crate::isa::Tier::Avx512.supported() {
+            return;
+        }
+        for (ty, f) in FORMATS {
+            for k in ks(ty) {
+                let plan = Plan::new(f, group_of(ty), k);
+                let src: Vec<u32> = (0..k as u32 / 2).map(|i| i.wrapping_mul(2654435761) | 1).collect();
+                let want: Vec<u32> = plan.xsrc.iter().map(|&p| if p < 0 { 0 } else { src[p as usize] }).collect();
+                let mut got = vec![7u32; want.len()];
+                // SAFETY: checked above; xsrc entries are < k/2.
+                unsafe { crate::packed_avx512::gather_pairs(&plan.xsrc, &src, &mut got) };
+                assert_eq!(got, want, "{ty:?} k={k}");
+            }
+        }
+    }
+
     #[test]
     fn plans_cover_every_value_once_and_tails_are_narrow() {
         for (ty, f) in FORMATS {
             for k in ks(ty) {
                 let plan = Plan::new(f, group_of(ty), k);
-                let mut seen = vec![false; plan.x_len / 2];
-                for &to in &plan.xmap {
-                    assert!(!std::mem::replace(&mut seen[to as usize], true), "{ty:?} k={k}: slot used twice");
+                let mut seen = vec![false; k / 2];
+                for &from in plan.xsrc.iter().filter(|&&p| p >= 0) {
+                    assert!(!std::mem::replace(&mut seen[from as usize], true), "{ty:?} k={k}: pair taken twice");
                 }
+                assert!(seen.iter().all(|&s| s), "{ty:?} k={k}: a pair left out");
                 let last = plan.chunks.last().unwrap();
                 assert!(last.groups * last.s <= LANES && last.v >= 2);
                 if last.groups <= 2 && f.bits == 4 {

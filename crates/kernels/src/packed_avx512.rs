@@ -50,13 +50,35 @@ pub struct XRow {
 
 impl XRow {
     pub fn new(a: &QuantizedActs, qi: &[i16], x_len: usize, group: usize, i: usize) -> XRow {
-        let r = a.row(i);
-        let (dx, dsum, isum) = if group == 32 {
-            (r.d.as_ptr(), r.dsum32.as_ptr(), r.sum32.as_ptr())
-        } else {
-            (r.d16.as_ptr(), r.dsum16.as_ptr(), r.sum16.as_ptr())
-        };
-        XRow { q: qi[i * x_len..(i + 1) * x_len].as_ptr(), dx, dsum, isum }
+        let (dx, dsum, isum) = if group == 32 { (&a.d, &a.dsum32, &a.sum32) } else { (&a.d16, &a.dsum16, &a.sum16) };
+        let per = a.k / group;
+        let at = |v: &[f32]| v[i * per..(i + 1) * per].as_ptr();
+        XRow {
+            q: qi[i * x_len..(i + 1) * x_len].as_ptr(),
+            dx: at(dx),
+            dsum: at(dsum),
+            isum: isum[i * per..(i + 1) * per].as_ptr(),
+        }
+    }
+}
+
+/// `dst[i] = src[idx[i]]`, 0 where `idx[i] < 0`: sixteen pairs a gather instruction (the
+/// interleaved layout puts each of a vector's lanes in a different group, so no wider moves
+/// would do; the scalar loop took ~2.5 cycles a value).
+///
+/// # Safety
+/// The CPU must support AVX-512 F; every entry of `idx` is < `src.len()`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn gather_pairs(idx: &[i32], src: &[u32], dst: &mut [u32]) {
+    assert!(idx.len() == dst.len() && dst.len().is_multiple_of(16));
+    for (d, i) in dst.chunks_exact_mut(16).zip(idx.chunks_exact(16)) {
+        // SAFETY: 16 entries each; the lanes gathered hold indices within `src` (the caller).
+        unsafe {
+            let i = _mm512_loadu_si512(i.as_ptr() as *const __m512i);
+            let some = _mm512_cmpge_epi32_mask(i, _mm512_setzero_si512());
+            let v = _mm512_mask_i32gather_epi32::<4>(_mm512_setzero_si512(), some, i, src.as_ptr() as *const i32);
+            _mm512_storeu_si512(d.as_mut_ptr() as *mut __m512i, v);
+        }
     }
 }
 

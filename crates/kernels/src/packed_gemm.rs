@@ -205,3 +205,122 @@ fn dpwssd(acc: &mut __m512i, w: __m512i, x: __m512i) {
             options(pure, nomem, nostack, preserves_flags));
     }
 }
+
+/// A task's staged results for `nb` activation rows written out: `staged[i·4·nb + 4c + r]`
+/// (tile `i` of the task, activation row `c`, band `r`) goes to
+/// `out[c · rows + starts[r] + i]`, outputs at or past `rows` dropped (the last band's padding).
+///
+/// Each band's run of tiles is consecutive in the output, so 16 tiles × 4 activation rows are
+/// moved at once by a 16 × 16 transposition (64 shuffles for 256 values, against two scalar
+/// memory operations each).
+///
+/// # Safety
+/// The CPU must support AVX-512 F; `out` holds `nb` rows of `rows` values, which no other
+/// thread writes at the runs' places.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn write_runs(staged: &[f32], nb: usize, starts: [usize; ROW_TILE], rows: usize, out: *mut f32) {
+    let per_tile = ROW_TILE * nb;
+    let nt = staged.len() / per_tile;
+    assert_eq!(staged.len(), nt * per_tile);
+    // How many of the 16 outputs from tile i0 on are in the matrix, per band.
+    let len = |r: usize, i0: usize| (nt - i0).min(16).min(rows.saturating_sub(starts[r] + i0));
+    let whole = nb / 4 * 4;
+    for c0 in (0..whole).step_by(4) {
+        for i0 in (0..nt).step_by(16) {
+            let n = (nt - i0).min(16);
+            let tiles: [__m512; 16] = std::array::from_fn(|k| {
+                let at = (i0 + k) * per_tile + ROW_TILE * c0;
+                // SAFETY: 16 values of tile i0 + k (k < n) within `staged`.
+                if k < n { unsafe { _mm512_loadu_ps(staged.as_ptr().add(at)) } } else { _mm512_setzero_ps() }
+            });
+            let runs = transpose16(&tiles);
+            for (l, run) in runs.into_iter().enumerate() {
+                let (c, r) = (c0 + l / ROW_TILE, l % ROW_TILE);
+                let mask = ((1u32 << len(r, i0)) - 1) as u16;
+                // SAFETY: the unmasked lanes are outputs of row c within `rows` (the caller).
+                unsafe { _mm512_mask_storeu_ps(out.add(c * rows + starts[r] + i0), mask, run) };
+            }
+        }
+    }
+    for c in whole..nb {
+        for (r, &start) in starts.iter().enumerate() {
+            for i in 0..nt.min(rows.saturating_sub(start)) {
+                // SAFETY: as above.
+                unsafe { *out.add(c * rows + start + i) = staged[i * per_tile + ROW_TILE * c + r] };
+            }
+        }
+    }
+}
+
+/// `out[l]` lane `k` = `v[k]` lane `l`: pairs of 32-bit lanes, then of 64-bit lanes, then a
+/// 4 × 4 transposition of 128-bit quarters.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn transpose16(v: &[__m512; 16]) -> [__m512; 16] {
+    // s1[2j], s1[2j+1]: quarter q holds (v[2j], v[2j+1]) at elements (q,0),(q,1) and (q,2),(q,3).
+    let s1: [__m512; 16] = std::array::from_fn(|i| {
+        let (a, b) = (v[i & !1], v[i | 1]);
+        if i % 2 == 0 { _mm512_unpacklo_ps(a, b) } else { _mm512_unpackhi_ps(a, b) }
+    });
+    // s2[4j + e]: quarter q holds element (q, e) of v[4j..4j + 4].
+    let s2: [__m512; 16] = std::array::from_fn(|i| {
+        let (j, e) = (i / 4, i % 4);
+        let (x, y) = (_mm512_castps_pd(s1[4 * j + e / 2]), _mm512_castps_pd(s1[4 * j + 2 + e / 2]));
+        _mm512_castpd_ps(if e % 2 == 0 { _mm512_unpacklo_pd(x, y) } else { _mm512_unpackhi_pd(x, y) })
+    });
+    // Per element e, quarter j of out[4q + e] is quarter q of s2[4j + e].
+    let mut out = [_mm512_setzero_ps(); 16];
+    for e in 0..4 {
+        let p = [s2[e], s2[4 + e], s2[8 + e], s2[12 + e]];
+        let t0 = _mm512_shuffle_f32x4::<0x44>(p[0], p[1]);
+        let t1 = _mm512_shuffle_f32x4::<0xEE>(p[0], p[1]);
+        let t2 = _mm512_shuffle_f32x4::<0x44>(p[2], p[3]);
+        let t3 = _mm512_shuffle_f32x4::<0xEE>(p[2], p[3]);
+        out[e] = _mm512_shuffle_f32x4::<0x88>(t0, t2);
+        out[4 + e] = _mm512_shuffle_f32x4::<0xDD>(t0, t2);
+        out[8 + e] = _mm512_shuffle_f32x4::<0x88>(t1, t3);
+        out[12 + e] = _mm512_shuffle_f32x4::<0xDD>(t1, t3);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runs written by [`write_runs`] equal the plain copy, for partial blocks of tiles and
+    /// activation rows and a clipped last band.
+    #[test]
+    fn write_runs_is_the_scalar_copy() {
+        if !crate::isa::Tier::Avx512.supported() {
+            return;
+        }
+        let mut seed = 7u32;
+        for (nt, nb, rows) in
+            [(1usize, 1usize, 4usize), (5, 3, 20), (16, 4, 64), (17, 5, 65), (32, 8, 126), (33, 9, 130)]
+        {
+            let per_tile = ROW_TILE * nb;
+            let staged: Vec<f32> = (0..nt * per_tile)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+                    (seed >> 8) as f32 / 65536.0 - 128.0
+                })
+                .collect();
+            let bands = rows.div_ceil(ROW_TILE);
+            let starts = [0, 1, 2, 3].map(|r| r * bands + bands.saturating_sub(nt));
+            let mut want = vec![f32::NAN; nb * rows];
+            for c in 0..nb {
+                for (r, &s) in starts.iter().enumerate() {
+                    for i in (0..nt).take_while(|&i| s + i < rows) {
+                        want[c * rows + s + i] = staged[i * per_tile + ROW_TILE * c + r];
+                    }
+                }
+            }
+            let mut got = vec![f32::NAN; nb * rows];
+            // SAFETY: checked above; `got` holds nb rows of `rows`.
+            unsafe { write_runs(&staged, nb, starts, rows, got.as_mut_ptr()) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "nt {nt} nb {nb} rows {rows}");
+        }
+    }
+}
