@@ -34,6 +34,8 @@ pub struct ModelRunner {
     pub kv: KvCache,
     states: HashMap<String, RequestState>,
     logprobs_mode: LogprobsMode,
+    /// The last step's logits (kept for its allocation).
+    logits: Vec<f32>,
 }
 
 /// The flat batch of one step, in vLLM's names.
@@ -53,7 +55,7 @@ impl ModelRunner {
     pub fn new(model: Box<dyn Model>, c: &EngineConfig) -> Self {
         let i = model.info();
         let kv = KvCache::new(i.num_layers, c.num_blocks, c.block_size, i.num_kv_heads, i.head_dim, c.kv_cache_dtype);
-        ModelRunner { model, kv, states: HashMap::new(), logprobs_mode: c.logprobs_mode }
+        ModelRunner { model, kv, states: HashMap::new(), logprobs_mode: c.logprobs_mode, logits: Vec::new() }
     }
 
     /// Registers a request's sampling state. `all_stop_token_ids` are masked until `min_tokens`.
@@ -133,9 +135,9 @@ impl ModelRunner {
             seqs,
             logits_indices: &b.logits_indices,
         };
-        let mut logits = self.model.forward(&batch, &mut self.kv);
+        self.model.forward_into(&batch, &mut self.kv, &mut self.logits);
         let vocab = self.model.info().vocab_size;
-        for (row, &(si, prompt_pos, is_sample)) in logits.chunks_exact_mut(vocab).zip(&b.logits_rows) {
+        for (row, &(si, prompt_pos, is_sample)) in self.logits.chunks_exact_mut(vocab).zip(&b.logits_rows) {
             let s = &out.scheduled[si];
             let req = sched.request(&s.request_id).expect("scheduled request is live");
             let state = self.states.get_mut(&s.request_id).expect("runner knows every request");

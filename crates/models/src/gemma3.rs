@@ -158,7 +158,7 @@ impl Model for Gemma3Model {
         &self.info
     }
 
-    fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
+    fn forward_into(&self, batch: &ForwardBatch, kv: &mut KvCache, logits: &mut Vec<f32>) {
         let n = batch.num_tokens();
         let d = self.info.hidden_size;
         let mut guard = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
@@ -181,11 +181,11 @@ impl Model for Gemma3Model {
         }
         gather_rows(&ws.h, d, batch.logits_indices, &mut ws.last);
         self.norm.forward(&mut ws.last);
-        let mut logits = vec![0f32; batch.logits_indices.len() * self.info.vocab_size];
-        matmul(&ws.last, batch.logits_indices.len(), &self.lm_head, &mut logits);
+        // Every value is overwritten: only new capacity is zeroed.
+        logits.resize(batch.logits_indices.len() * self.info.vocab_size, 0.0);
+        matmul(&ws.last, batch.logits_indices.len(), &self.lm_head, logits);
         if let Some(cap) = self.final_logit_softcapping {
             logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         }
-        logits
     }
 }

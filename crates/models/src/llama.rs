@@ -144,7 +144,7 @@ impl Model for LlamaModel {
         &self.info
     }
 
-    fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
+    fn forward_into(&self, batch: &ForwardBatch, kv: &mut KvCache, logits: &mut Vec<f32>) {
         let n = batch.num_tokens();
         let d = self.info.hidden_size;
         let mut guard = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
@@ -163,8 +163,8 @@ impl Model for LlamaModel {
         }
         gather_rows(&ws.h, d, batch.logits_indices, &mut ws.last);
         self.norm.forward(&mut ws.last);
-        let mut logits = vec![0f32; batch.logits_indices.len() * self.info.vocab_size];
-        matmul(&ws.last, batch.logits_indices.len(), &self.lm_head, &mut logits);
-        logits
+        // Every value is overwritten: only new capacity is zeroed.
+        logits.resize(batch.logits_indices.len() * self.info.vocab_size, 0.0);
+        matmul(&ws.last, batch.logits_indices.len(), &self.lm_head, logits);
     }
 }

@@ -19,7 +19,15 @@ pub struct ModelInfo {
 pub trait Model: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
-    /// Runs the whole batch once: writes each row's K/V into `kv` and returns the logits of the
-    /// rows in `batch.logits_indices`, `[logits_indices.len() × vocab_size]`.
-    fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32>;
+    /// Runs the whole batch once: writes each row's K/V into `kv` and the logits of the rows in
+    /// `batch.logits_indices` into `logits`, `[logits_indices.len() × vocab_size]` (resized,
+    /// reusing its allocation: a step's logits are megabytes at batch 32).
+    fn forward_into(&self, batch: &ForwardBatch, kv: &mut KvCache, logits: &mut Vec<f32>);
+
+    /// [`Model::forward_into`] a new vector.
+    fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
+        let mut logits = Vec::new();
+        self.forward_into(batch, kv, &mut logits);
+        logits
+    }
 }
