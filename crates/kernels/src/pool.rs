@@ -39,6 +39,9 @@ struct Shared {
     /// since a notify is a system call and a decode step starts hundreds of jobs.
     sleepers: AtomicUsize,
     shutdown: AtomicUsize,
+    /// The first panic of the current job's tasks, raised again on the caller (a worker that
+    /// died in a task would otherwise never leave the gate, and the caller would wait forever).
+    panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 pub struct ThreadPool {
@@ -67,6 +70,7 @@ impl ThreadPool {
             wake: Condvar::new(),
             sleepers: AtomicUsize::new(0),
             shutdown: AtomicUsize::new(0),
+            panic: Mutex::new(None),
         });
         let workers = (1..n_threads.max(1))
             .map(|i| {
@@ -84,7 +88,9 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
-    /// Runs `f(0..n_tasks)` across the pool and returns when every task has finished.
+    /// Runs `f(0..n_tasks)` across the pool and returns when every task has finished. A task's
+    /// panic is raised again here, once every thread has left the job (the rest of its tasks
+    /// may not run).
     pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync + '_)) {
         if n_tasks == 0 {
             return;
@@ -125,6 +131,10 @@ impl ThreadPool {
                 std::thread::yield_now();
             }
         }
+        let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
     }
 }
 
@@ -135,7 +145,10 @@ fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync + '_)) {
         if t >= n {
             break;
         }
-        f(t);
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(t))) {
+            s.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(p);
+            s.next_task.fetch_max(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -277,6 +290,27 @@ mod tests {
             });
         });
         assert_eq!(total.load(Ordering::Relaxed), 12);
+    }
+
+    #[test]
+    fn a_task_panic_reaches_the_caller_and_the_pool_goes_on() {
+        let pool = ThreadPool::new(2);
+        for _ in 0..20 {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.run(8, &|t| {
+                    if t == 5 {
+                        panic!("task {t} fails");
+                    }
+                });
+            }));
+            let msg = r.expect_err("the panic is raised again").downcast::<String>().expect("a message");
+            assert!(msg.contains("task 5 fails"));
+        }
+        let total = AtomicU32::new(0);
+        pool.run(8, &|_| {
+            total.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 8);
     }
 
     #[test]
