@@ -137,11 +137,12 @@ impl ModelRunner {
         };
         self.model.forward_into(&batch, &mut self.kv, &mut self.logits);
         let vocab = self.model.info().vocab_size;
+        let mut samples = Vec::new();
         for (row, &(si, prompt_pos, is_sample)) in self.logits.chunks_exact_mut(vocab).zip(&b.logits_rows) {
             let s = &out.scheduled[si];
-            let req = sched.request(&s.request_id).expect("scheduled request is live");
-            let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
             if let Some(p) = prompt_pos {
+                let req = sched.request(&s.request_id).expect("scheduled request is live");
+                let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
                 let k = state.params.prompt_logprobs.unwrap_or(0);
                 let lp = sampler::log_softmax(row);
                 let target = req.prompt_token_ids()[p];
@@ -151,20 +152,44 @@ impl ModelRunner {
                 state.prompt_logprobs[p] = Some(sampler::gather_logprobs(&lp, target, k));
             }
             if is_sample {
-                let ctx = SampleContext {
-                    prompt: req.prompt_token_ids(),
-                    output: req.output_token_ids(),
-                    all_stop_token_ids: &state.all_stop_token_ids,
-                    rng: &mut state.rng,
-                };
-                let (tok, lp) = sampler::sample(row, &state.params, ctx, self.logprobs_mode);
-                results[si].token = Some(tok);
-                results[si].logprobs = lp;
-                if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
-                    state.prompt_logprobs.resize(req.prompt_len, None);
-                    results[si].prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
-                    state.prompt_logprobs_sent = true;
-                }
+                samples.push((si, row));
+            }
+        }
+        let mut states: HashMap<&str, &mut RequestState> =
+            self.states.iter_mut().map(|(k, v)| (k.as_str(), v)).collect();
+        let jobs: Vec<_> = samples
+            .into_iter()
+            .map(|(si, row)| {
+                let id = out.scheduled[si].request_id.as_str();
+                let state = states.remove(id).expect("a request samples once a step");
+                std::sync::Mutex::new((si, row, state, None))
+            })
+            .collect();
+        // Rows are sampled in parallel (each request's own generator: the same tokens whatever
+        // thread draws them); a batch-32 step spent ~2 % of its time here on one thread.
+        let mode = self.logprobs_mode;
+        vllm_rs_kernels::pool::global().run(jobs.len(), &|i| {
+            let mut job = jobs[i].lock().unwrap_or_else(|e| e.into_inner());
+            let (si, row, state, sampled) = &mut *job;
+            let req = sched.request(&out.scheduled[*si].request_id).expect("scheduled request is live");
+            let ctx = SampleContext {
+                prompt: req.prompt_token_ids(),
+                output: req.output_token_ids(),
+                all_stop_token_ids: &state.all_stop_token_ids,
+                rng: &mut state.rng,
+            };
+            *sampled = Some(sampler::sample(row, &state.params, ctx, mode));
+        });
+        for job in jobs {
+            let (si, _, state, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
+            let (tok, lp) = sampled.expect("every job ran");
+            results[si].token = Some(tok);
+            results[si].logprobs = lp;
+            if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
+                let prompt_len = sched.request(&out.scheduled[si].request_id).expect("live").prompt_len;
+                state.prompt_logprobs.resize(prompt_len, None);
+                results[si].prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
+                state.prompt_logprobs_sent = true;
             }
         }
         results
