@@ -341,7 +341,7 @@ impl Packed {
         }
         // Stored (biased) values in the slots the activations take ([`Plan::xsrc`]).
         s.panel.q.iter_mut().for_each(|q| *q += f.bias);
-        s.slots.clear();
+        // (Every slot is written by the gather below: no need to zero them first.)
         s.slots.resize(plan.x_len, 0);
         // Pairs of values moved as 32-bit words (both buffers come from the allocator, which
         // aligns them for u32; `align_to` checks).
@@ -503,6 +503,8 @@ fn run_expanded(
         // the copy below then finds them owned (its stores otherwise waited on each line, often
         // held by the other core that read the previous output).
         let ahead = per_tile.div_ceil(nt);
+        // Each (activation row, band) takes a run of consecutive outputs from its band's start.
+        let starts = [0, 1, 2, 3].map(|r| p.row_of(tiles.start, r));
         for (i, (t, st)) in tiles.clone().zip(staged.chunks_exact_mut(per_tile)).enumerate() {
             // SAFETY: the tier was checked; rows were interleaved by this layout; `e` holds
             // tile t when the rows are dotted.
@@ -512,12 +514,10 @@ fn run_expanded(
             }
             for k in (i * ahead..(i + 1) * ahead).take_while(|&k| k < per_tile) {
                 let (c, r) = (k / ROW_TILE, k % ROW_TILE);
-                let at = out.get().wrapping_add((b0 + c) * p.rows + p.row_of(tiles.start, r));
+                let at = out.get().wrapping_add((b0 + c) * p.rows + starts[r]);
                 crate::matmul::x86::prefetch_lines_for_write(at as *const u8, nt * 4);
             }
         }
-        // Each (activation row, band) takes a run of consecutive outputs.
-        let starts = [0, 1, 2, 3].map(|r| p.row_of(tiles.start, r));
         // SAFETY: the tier was checked; this task alone writes these outputs (the columns of
         // its tiles) of rows b0..b0 + nb.
         unsafe { crate::packed_gemm::write_runs(&staged, nb, starts, p.rows, out.get().add(b0 * p.rows)) };
