@@ -162,7 +162,8 @@ impl ModelRunner {
             .map(|(si, row)| {
                 let id = out.scheduled[si].request_id.as_str();
                 let state = states.remove(id).expect("a request samples once a step");
-                std::sync::Mutex::new((si, row, state, None))
+                let req = sched.request(id).expect("scheduled request is live");
+                std::sync::Mutex::new((si, row, state, req, None))
             })
             .collect();
         // Rows are sampled in parallel (each request's own generator: the same tokens whatever
@@ -170,8 +171,7 @@ impl ModelRunner {
         let mode = self.logprobs_mode;
         vllm_rs_kernels::pool::global().run(jobs.len(), &|i| {
             let mut job = jobs[i].lock().unwrap_or_else(|e| e.into_inner());
-            let (si, row, state, sampled) = &mut *job;
-            let req = sched.request(&out.scheduled[*si].request_id).expect("scheduled request is live");
+            let (_, row, state, req, sampled) = &mut *job;
             let ctx = SampleContext {
                 prompt: req.prompt_token_ids(),
                 output: req.output_token_ids(),
@@ -181,13 +181,12 @@ impl ModelRunner {
             *sampled = Some(sampler::sample(row, &state.params, ctx, mode));
         });
         for job in jobs {
-            let (si, _, state, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
+            let (si, _, state, req, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
             let (tok, lp) = sampled.expect("every job ran");
             results[si].token = Some(tok);
             results[si].logprobs = lp;
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
-                let prompt_len = sched.request(&out.scheduled[si].request_id).expect("live").prompt_len;
-                state.prompt_logprobs.resize(prompt_len, None);
+                state.prompt_logprobs.resize(req.prompt_len, None);
                 results[si].prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
                 state.prompt_logprobs_sent = true;
             }
