@@ -13,8 +13,6 @@ pub mod ops;
 pub mod packed;
 #[cfg(target_arch = "x86_64")]
 pub mod packed_avx512;
-#[cfg(target_arch = "x86_64")]
-pub mod packed_gemm;
 pub mod pool;
 pub mod qgemv;
 pub mod qmatmul;

@@ -78,8 +78,6 @@ impl DenseTask<'_> {
 
 thread_local! {
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
-    /// Activations interleaved for packed weights.
-    static INTERLEAVED: RefCell<crate::packed::Interleaved> = RefCell::new(Default::default());
     /// Activation rows interleaved in pairs for the AVX-512 dense kernel.
     static PAIRS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
@@ -96,7 +94,7 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
 }
 
 /// [`matmul`] of the same `x` by several weights (q/k/v, gate/up): quantized weights share one
-/// quantization of `x`, and packed weights of one layout one interleave and one pool job.
+/// quantization of `x`, and packed weights one pool job.
 pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
     assert_eq!(ws.len(), outs.len());
     let tier = isa::tier();
@@ -113,24 +111,16 @@ pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]])
         if tier == Tier::Avx512 {
             let packed: [Option<&crate::packed::Packed>; 4] = std::array::from_fn(|i| ws.get(i)?.packed.as_deref());
             let n = ws.len();
-            if n <= 4 && packed[..n].iter().all(|p| p.is_some_and(|p| p.plan.same_layout(&packed[0].unwrap().plan))) {
+            if n <= 4 && packed[..n].iter().all(|p| p.is_some()) {
                 let ps: [&crate::packed::Packed; 4] = std::array::from_fn(|i| packed[i.min(n - 1)].unwrap());
-                INTERLEAVED.with(|qi| {
-                    let mut qi = qi.borrow_mut();
-                    ps[0].plan.interleave(&a.q, m, &mut qi);
-                    crate::packed::matmul_many(&ps[..n], &a, qi.as_slice(), outs);
-                });
+                crate::packed::matmul_many(&ps[..n], &a, outs);
                 return;
             }
         }
         for (w, o) in ws.iter().zip(outs.iter_mut()) {
             #[cfg(target_arch = "x86_64")]
             if let (Tier::Avx512, Some(p)) = (tier, &w.packed) {
-                INTERLEAVED.with(|qi| {
-                    let mut qi = qi.borrow_mut();
-                    p.plan.interleave(&a.q, m, &mut qi);
-                    crate::packed::matmul(p, &a, qi.as_slice(), o);
-                });
+                crate::packed::matmul(p, &a, o);
                 continue;
             }
             crate::qmatmul::qmatmul(tier, &a, w, o);
@@ -265,20 +255,9 @@ pub(crate) mod x86 {
     /// The lines of `len` bytes from `p` fetched into this core's L1.
     #[inline]
     pub(crate) fn prefetch_lines(p: *const u8, len: usize) {
-        prefetch_lines_as::<_MM_HINT_T0>(p, len);
-    }
-
-    /// [`prefetch_lines`] in the exclusive state (`prefetchw`), for lines about to be written.
-    #[inline]
-    pub(crate) fn prefetch_lines_for_write(p: *const u8, len: usize) {
-        prefetch_lines_as::<_MM_HINT_ET0>(p, len);
-    }
-
-    #[inline]
-    fn prefetch_lines_as<const HINT: i32>(p: *const u8, len: usize) {
         for off in (0..len).step_by(64) {
             // SAFETY: a prefetch is only a hint and never faults.
-            unsafe { _mm_prefetch::<HINT>(p.wrapping_add(off) as *const i8) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
         }
     }
 

@@ -1,37 +1,37 @@
-//! Quantized weights repacked at load for the AVX-512 VNNI tier: sixteen weight groups side by
-//! side, one per 32-bit lane, so integer group sums need no horizontal reduction.
+//! Quantized weights repacked at load for the AVX-512 VNNI tier, *rows across lanes*: sixteen
+//! rows make a block, and within a block, group by group, int16 vector `j` of group `g` holds in
+//! 32-bit lane `r` pair `j` (values `2j, 2j + 1`) of group `g` of row `r`. One activation pair,
+//! broadcast, times such a vector by `vpdpwssd` adds to sixteen rows' group sums at once: a
+//! group's integer sums of sixteen rows end in sixteen lanes, with no horizontal reduction, for
+//! any number of groups (no tails) and any number of activation rows.
 //!
-//! The GGUF layouts keep each block's 32 (or 16) values together, which suits AVX2 but makes a
-//! 512-bit dot product end in a 16-lane horizontal sum per group. Here a row is cut into
-//! *chunks* of up to 16 groups; within a chunk, int16 vector `v` holds in lane `l` (two int16
-//! values) one pair of values of group `l`. `vpdpwssd` over the chunk's vectors then leaves the
-//! sixteen group sums in the sixteen lanes, ready for the float epilogue of [`crate::qmatmul`],
-//! whose reduction order (and so every bit of the result) is unchanged.
-//!
-//! A tail of at most 8 groups goes in chunks of 8, 4, 2 or 1 groups, each group spread over `s`
-//! adjacent lanes (fewer vectors, lanes added after the dot product), so a 2-group tail costs an
-//! eighth of a full chunk, not a whole one. Activations are laid out the same way per matmul ([`Plan::interleave`]).
+//! The float epilogue of [`crate::qmatmul`] keeps its order with rows in lanes: its sixteen
+//! accumulators `acc[g mod 16]` become sixteen vectors of sixteen rows, and its final `hsum16`
+//! vector additions in the same association, so results have the scalar tier's bits.
 //!
 //! Values are stored as unsigned `u = q + bias` in bit planes (4-bit nibbles, 2-bit and 1-bit
-//! planes, or signed bytes for Q8_0); `Σ q·x = Σ u·x − bias·Σ x` exactly, in integers. Scales
-//! keep their GGUF precision (f16, or f16 per super-block times a small integer per group), so
-//! the bytes per weight equal the GGUF file's but for the tail chunks.
+//! planes, or signed bytes for Q8_0), four vectors a step ([`encode_step`]). Scales keep their
+//! GGUF precision (an f16 per group, or an f16 per super-block times a small integer per group),
+//! so the bytes per weight equal the GGUF file's (but for Q2_K, whose integer scales take a byte
+//! here rather than a nibble).
 //!
-//! Kernels work on tiles of four rows taken from the four quarters ("bands") of the matrix:
-//! tile `t` is rows `t`, `t + n4`, `t + 2·n4`, `t + 3·n4`. A task's run of tiles then reads four
-//! sequential streams at once; DRAM here delivers ~28 GB/s to two threads reading four or more
-//! streams each, but ~16 GB/s to one stream per thread.
+//! Blocks are dealt to four *bands*: tile `t` is blocks `t`, `t + n`, `t + 2n`, `t + 3n`, and
+//! tasks take runs of tiles' halves (two blocks computed together, [`Packed::unit`]), so a task
+//! reads four sequential streams
+//! (DRAM here delivers ~28 GB/s to two threads reading four or more streams each, ~16 GB/s to
+//! one stream per thread).
 
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
-use crate::qpanel::group_of;
 #[cfg(target_arch = "x86_64")]
 use crate::quant_act::QuantizedActs;
 use crate::weight::Weight;
 
-/// Groups per chunk: the 32-bit lanes of a 512-bit vector.
+/// Rows in a block: the 32-bit lanes of a 512-bit vector.
 pub const LANES: usize = 16;
-/// Rows computed together, one from each band; the bands are padded with zero rows.
-pub const ROW_TILE: usize = 4;
+/// Blocks in a tile, one from each band.
+pub const BANDS: usize = 4;
+/// Vectors of 32 stored values in a step ([`encode_step`]).
+pub const STEP: usize = 4;
 
 /// How a format's values and scales are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,8 @@ pub struct Format {
     pub bits: u8,
     /// `u = q + bias` is stored (a power of two, or 0).
     pub bias: i16,
+    /// Values per scale group.
+    pub group: usize,
     pub scales: Scales,
 }
 
@@ -64,20 +66,20 @@ impl Scales {
 pub const FORMATS: [(GgmlType, Format); 10] = {
     use GgmlType::*;
     use Scales::*;
-    const fn f(bits: u8, bias: i16, scales: Scales) -> Format {
-        Format { bits, bias, scales }
+    const fn f(bits: u8, bias: i16, group: usize, scales: Scales) -> Format {
+        Format { bits, bias, group, scales }
     }
     [
-        (Q4_0, f(4, 8, PerGroup { mins: false })),
-        (Q4_1, f(4, 0, PerGroup { mins: true })),
-        (Q5_0, f(5, 16, PerGroup { mins: false })),
-        (Q5_1, f(5, 0, PerGroup { mins: true })),
-        (Q8_0, f(8, 0, PerGroup { mins: false })),
-        (Q2K, f(2, 0, Super { per_sb: 16, signed: false, mins: true })),
-        (Q3K, f(3, 4, Super { per_sb: 16, signed: true, mins: false })),
-        (Q4K, f(4, 0, Super { per_sb: 8, signed: false, mins: true })),
-        (Q5K, f(5, 0, Super { per_sb: 8, signed: false, mins: true })),
-        (Q6K, f(6, 32, Super { per_sb: 16, signed: true, mins: false })),
+        (Q4_0, f(4, 8, 32, PerGroup { mins: false })),
+        (Q4_1, f(4, 0, 32, PerGroup { mins: true })),
+        (Q5_0, f(5, 16, 32, PerGroup { mins: false })),
+        (Q5_1, f(5, 0, 32, PerGroup { mins: true })),
+        (Q8_0, f(8, 0, 32, PerGroup { mins: false })),
+        (Q2K, f(2, 0, 16, Super { per_sb: 16, signed: false, mins: true })),
+        (Q3K, f(3, 4, 16, Super { per_sb: 16, signed: true, mins: false })),
+        (Q4K, f(4, 0, 32, Super { per_sb: 8, signed: false, mins: true })),
+        (Q5K, f(5, 0, 32, Super { per_sb: 8, signed: false, mins: true })),
+        (Q6K, f(6, 32, 16, Super { per_sb: 16, signed: true, mins: false })),
     ]
 };
 
@@ -85,129 +87,54 @@ pub fn format_index(ty: GgmlType) -> Option<usize> {
     FORMATS.iter().position(|(t, _)| *t == ty)
 }
 
-/// Bytes of one step of `vectors` (4, or 2 in narrow tails) int16 vectors of 32 values.
-pub const fn step_bytes(bits: u8, vectors: usize) -> usize {
-    vectors * 32 * bits as usize / 8
+/// Bytes of one step: [`STEP`] vectors of 32 values.
+pub const fn step_bytes(bits: u8) -> usize {
+    STEP * 32 * bits as usize / 8
 }
 
-/// Bytes of a chunk header holding `hg` groups' scales.
-pub fn header_bytes(f: Format, hg: usize) -> usize {
-    match f.scales {
-        Scales::PerGroup { mins } => 2 * hg * (1 + mins as usize),
-        Scales::Super { per_sb, mins, .. } => (hg + 2 * hg.div_ceil(per_sb)) * (1 + mins as usize),
-    }
-}
-
-/// One chunk of a row: groups `g0..g0+groups`, each over `s` adjacent lanes of `v` vectors.
+/// Where things are in a block of sixteen rows of `k` values. A block is a run of super-blocks
+/// (one per group for per-group scales), each its header then its groups; a group is its header
+/// then its steps.
+///
+/// - Per-group scales: the group header is the sixteen rows' f16 `d` (then their `dmin`).
+/// - Super-block scales: the super-block header is the rows' f16 `d` (then `dmin`), the group
+///   header their integer scales (then minimums), a byte each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Chunk {
-    pub g0: usize,
-    pub groups: usize,
-    pub s: usize,
-    pub v: usize,
-    /// Byte offset of this chunk in a row's layout, and its size (header + planes).
-    pub offset: usize,
-    pub bytes: usize,
-    /// Offset of this chunk's `v × 32` int16 values in an interleaved activation row.
-    pub x_offset: usize,
-}
-
-impl Chunk {
-    /// Vectors per step of the kernels: four, or two in a narrow tail.
-    pub fn step(&self) -> usize {
-        self.v.min(4)
-    }
-
-    /// `(vector, lane)` of pair `j` (values `2j, 2j+1`) of the chunk's group `gl`.
-    pub fn slot(&self, gl: usize, j: usize) -> (usize, usize) {
-        (j % self.v, gl * self.s + j / self.v)
-    }
-}
-
-/// The chunks of a row of `k` values in groups of `group`, for format `f`.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    pub group: usize,
+pub struct Layout {
     pub k: usize,
-    pub chunks: Vec<Chunk>,
-    pub row_bytes: usize,
-    /// int16 values per interleaved activation row.
-    pub x_len: usize,
-    /// For each pair of an interleaved row, the natural value pair it holds (values `2p`,
-    /// `2p + 1` of the row), or −1 for an empty lane: layouts are made by gathering.
-    pub xsrc: Vec<i32>,
+    pub groups: usize,
+    /// Groups per super-block, and the bytes of its header (0 for per-group scales).
+    pub per_sb: usize,
+    pub sb_bytes: usize,
+    /// Bytes of a group's header, and of the whole group (header and steps).
+    pub header_bytes: usize,
+    pub group_bytes: usize,
+    pub block_bytes: usize,
 }
 
-impl Plan {
-    pub fn new(f: Format, group: usize, k: usize) -> Plan {
-        assert!(k.is_multiple_of(group));
-        let pairs = group / 2;
-        let groups = k / group;
-        let (mut chunks, mut offset, mut x_offset) = (Vec::new(), 0, 0);
-        let mut g0 = 0;
-        while g0 < groups {
-            // Sixteen groups a chunk. A tail of 9–15 groups takes one chunk (some lanes empty:
-            // splitting 12 into 8 + 4 stored 13 % fewer bytes but cost prefill 14 % more, for
-            // a third epilogue); a shorter one goes in power-of-two pieces that fill the lanes.
-            let left = groups - g0;
-            let n = if left > LANES / 2 { left.min(LANES) } else { 1 << left.ilog2() };
-            // Lanes per group: as many as fit, keeping at least four vectors (two for formats
-            // with no 2-bit plane, whose steps can be two vectors).
-            let min_v = if matches!(f.bits, 2 | 3 | 6) { 4 } else { 2 };
-            let mut s = 1;
-            while n * s * 2 <= LANES && pairs / (s * 2) >= min_v {
-                s *= 2;
-            }
-            let v = pairs / s;
-            let bytes = header_bytes(f, n) + v / v.min(4) * step_bytes(f.bits, v.min(4));
-            chunks.push(Chunk { g0, groups: n, s, v, offset, bytes, x_offset });
-            offset += bytes;
-            x_offset += v * 32;
-            g0 += n;
-        }
-        let mut xsrc = vec![-1i32; x_offset / 2];
-        for c in &chunks {
-            for gl in 0..c.groups {
-                for j in 0..pairs {
-                    let (v, lane) = c.slot(gl, j);
-                    xsrc[c.x_offset / 2 + v * LANES + lane] = (((c.g0 + gl) * group) / 2 + j) as i32;
-                }
-            }
-        }
-        // Rows start at multiples of 32 bytes, so aligned planes stay aligned in every row.
-        Plan { group, k, chunks, row_bytes: offset.next_multiple_of(32), x_len: x_offset, xsrc }
+impl Layout {
+    pub fn new(f: Format, k: usize) -> Layout {
+        assert!(k.is_multiple_of(f.group) && (f.group / 2).is_multiple_of(STEP));
+        let groups = k / f.group;
+        let fields = 1 + f.scales.mins() as usize;
+        let (per_sb, sb_bytes, header_bytes) = match f.scales {
+            Scales::PerGroup { .. } => (1, 0, 2 * LANES * fields),
+            Scales::Super { per_sb, .. } => (per_sb, 2 * LANES * fields, LANES * fields),
+        };
+        assert!(groups.is_multiple_of(per_sb), "k = {k} is not whole super-blocks");
+        let group_bytes = header_bytes + f.group / 2 / STEP * step_bytes(f.bits);
+        let block_bytes = groups / per_sb * sb_bytes + groups * group_bytes;
+        Layout { k, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes }
     }
 
-    /// Whether activations interleaved for `other` suit this plan too.
-    pub fn same_layout(&self, other: &Plan) -> bool {
-        self.group == other.group && self.k == other.k && self.chunks == other.chunks
+    /// Offset in a block of the header of group `g`'s super-block.
+    pub fn sb_at(&self, g: usize) -> usize {
+        g / self.per_sb * (self.sb_bytes + self.per_sb * self.group_bytes)
     }
 
-    /// Lays out `m` rows of int16 activations (`m × k`, natural order) into `out` (`m × x_len`),
-    /// zero where no value goes.
-    pub fn interleave(&self, q: &[i16], m: usize, out: &mut Interleaved) {
-        assert_eq!(q.len(), m * self.k);
-        let dst = out.reuse(m * self.x_len);
-        for (src, dst) in q.chunks_exact(self.k).zip(dst.chunks_exact_mut(self.x_len)) {
-            // SAFETY: both rows hold whole pairs in 4-byte-aligned storage (`Vec<i16>` from
-            // the allocator, `Interleaved` 64-byte-aligned), any bits are a valid u32.
-            let (src, dst) = unsafe { (src.align_to::<u32>(), dst.align_to_mut::<u32>()) };
-            assert!(src.0.is_empty() && dst.0.is_empty(), "i16 buffers not 4-byte aligned");
-            self.gather_pairs(src.1, dst.1);
-        }
-    }
-
-    /// `dst[i] = src[xsrc[i]]` (0 where `xsrc[i] < 0`): one row laid out, pairs as words.
-    pub fn gather_pairs(&self, src: &[u32], dst: &mut [u32]) {
-        assert!(src.len() == self.k / 2 && dst.len() == self.xsrc.len());
-        #[cfg(target_arch = "x86_64")]
-        if crate::isa::Tier::Avx512.supported() {
-            // SAFETY: the CPU has AVX-512 F; every entry of xsrc is < k/2 = src.len() (Plan::new).
-            return unsafe { crate::packed_avx512::gather_pairs(&self.xsrc, src, dst) };
-        }
-        for (d, &from) in dst.iter_mut().zip(&self.xsrc) {
-            *d = if from < 0 { 0 } else { src[from as usize] };
-        }
+    /// Offset in a block of group `g` (its header, then its steps).
+    pub fn group_at(&self, g: usize) -> usize {
+        self.sb_at(g) + self.sb_bytes + g % self.per_sb * self.group_bytes
     }
 }
 
@@ -248,26 +175,6 @@ impl Aligned {
     }
 }
 
-/// Interleaved activations ([`Plan::interleave`]), 64-byte aligned: every vector the kernels
-/// read is one cache line (from a `Vec<i16>` each 64-byte load straddled two: half the rate).
-#[derive(Default)]
-pub struct Interleaved(Aligned);
-
-impl Interleaved {
-    /// `len` values (left as they were, or zero where the buffer grows), reusing the allocation.
-    fn reuse(&mut self, len: usize) -> &mut [i16] {
-        let b = self.0.reuse(2 * len);
-        // SAFETY: 64-byte-aligned storage of 2·len bytes holds len i16.
-        unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut i16, len) }
-    }
-
-    pub fn as_slice(&self) -> &[i16] {
-        let b = self.0.bytes();
-        // SAFETY: as in `reuse`.
-        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const i16, b.len() / 2) }
-    }
-}
-
 static PACKED_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Bytes of packed weights made so far in this process (for the load log).
@@ -283,260 +190,291 @@ pub struct Packed {
     pub index: usize,
     pub rows: usize,
     pub cols: usize,
-    pub plan: Plan,
-    /// `ROW_TILE · tiles()` rows of `plan.row_bytes` (the rows past `rows` are zero).
+    pub layout: Layout,
+    /// `blocks()` blocks of `layout.block_bytes` (the last block's rows past `rows` are zero).
     pub data: Aligned,
 }
 
 impl Packed {
-    /// Rows per band, which is also the number of tiles.
+    pub fn blocks(&self) -> usize {
+        self.rows.div_ceil(LANES)
+    }
+
+    /// Blocks per band, which is also the number of tiles.
     pub fn tiles(&self) -> usize {
-        self.rows.div_ceil(ROW_TILE)
+        self.blocks().div_ceil(BANDS)
     }
 
-    /// The matrix row computed as row `r` (0..4) of tile `t` (may be a padding row ≥ `rows`).
-    pub fn row_of(&self, t: usize, r: usize) -> usize {
-        r * self.tiles() + t
+    /// The blocks of unit `u`, which the kernels compute together: bands `2(u mod 2)` and
+    /// `2(u mod 2) + 1` of tile `u / 2`, and how many of the two the matrix has (the last bands
+    /// can be short; a missing second block repeats the first).
+    pub fn unit(&self, u: usize) -> ([usize; 2], usize) {
+        let (t, r) = (u / 2, 2 * (u % 2));
+        let b = [r * self.tiles() + t, (r + 1) * self.tiles() + t];
+        let n = b.iter().filter(|&&b| b < self.blocks()).count();
+        (if n == 2 { b } else { [b[0]; 2] }, n)
     }
 
-    /// Where chunk `c` of (padded) row `row` starts.
-    pub fn chunk_at(&self, row: usize, c: &Chunk) -> usize {
-        row * self.plan.row_bytes + c.offset
+    /// Units of two blocks ([`Packed::unit`]).
+    pub fn units(&self) -> usize {
+        2 * self.tiles()
     }
 
-    /// Repacks `w`; `None` if its format has no packed layout. Rows are packed in parallel on
+    /// Block `b`'s bytes.
+    pub fn block(&self, b: usize) -> &[u8] {
+        let bb = self.layout.block_bytes;
+        &self.data.bytes()[b * bb..(b + 1) * bb]
+    }
+
+    /// Repacks `w`; `None` if its format has no packed layout. Blocks are packed in parallel on
     /// the global pool.
     pub fn pack(w: &Weight) -> Option<Packed> {
         let index = format_index(w.ty)?;
         let format = FORMATS[index].1;
-        let group = group_of(w.ty);
-        let plan = Plan::new(format, group, w.cols);
-        let rb = plan.row_bytes;
+        let layout = Layout::new(format, w.cols);
+        let bb = layout.block_bytes;
         let mut data = Aligned::default();
-        let out = SendPtr(data.reset(w.rows.div_ceil(ROW_TILE) * ROW_TILE * rb).as_mut_ptr());
-        let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, plan, data: Aligned::default() };
-        const ROWS_PER_TASK: usize = 64;
-        crate::pool::global().run(w.rows.div_ceil(ROWS_PER_TASK), &|task| {
+        let blocks = w.rows.div_ceil(LANES);
+        let out = SendPtr(data.reset(blocks * bb).as_mut_ptr());
+        let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, layout, data: Aligned::default() };
+        const BLOCKS_PER_TASK: usize = 4;
+        crate::pool::global().run(blocks.div_ceil(BLOCKS_PER_TASK), &|task| {
             let mut scratch = Scratch::default();
-            for row in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(w.rows) {
-                // SAFETY: this task alone writes these rows' bytes.
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * rb), rb) };
-                p.pack_row(w, row, dst, &mut scratch);
+            for b in task * BLOCKS_PER_TASK..((task + 1) * BLOCKS_PER_TASK).min(blocks) {
+                // SAFETY: this task alone writes this block's bytes.
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(b * bb), bb) };
+                p.pack_block(w, b, dst, &mut scratch);
             }
         });
         PACKED_BYTES.fetch_add(data.bytes().len(), std::sync::atomic::Ordering::Relaxed);
         Some(Packed { data, ..p })
     }
 
-    /// Writes row `row` of `w` into `dst` (`plan.row_bytes`).
-    fn pack_row(&self, w: &Weight, row: usize, dst: &mut [u8], s: &mut Scratch) {
-        let (f, plan) = (self.format, &self.plan);
-        let (bs, ts) = (w.ty.block_size(), w.ty.type_size());
-        let gpb = bs / plan.group;
+    /// Writes block `b` of `w` into `dst` (`layout.block_bytes`, zeroed).
+    fn pack_block(&self, w: &Weight, b: usize, dst: &mut [u8], s: &mut Scratch) {
+        let (f, l, k) = (self.format, self.layout, self.cols);
+        let (r0, n) = (b * LANES, (self.rows - b * LANES).min(LANES));
         // Values as the panel has them (the SIMD unpacker, bit-identical to the reference).
-        s.panel.unpack(crate::isa::tier(), w.ty, w.row(row), 1, w.cols);
-        s.fields.resize(w.cols / plan.group, GroupScale::default());
-        for (b, blk) in w.row(row).chunks_exact(ts).enumerate() {
-            group_scales(w.ty, blk, &mut s.fields[b * gpb..(b + 1) * gpb]);
+        let rb = w.row_bytes();
+        s.panel.unpack(crate::isa::tier(), w.ty, &w.bytes()[r0 * rb..(r0 + n) * rb], n, k);
+        let gpb = w.ty.block_size() / f.group;
+        s.fields.resize(n * l.groups, GroupScale::default());
+        for r in 0..n {
+            for (i, blk) in w.row(r0 + r).chunks_exact(w.ty.type_size()).enumerate() {
+                let at = r * l.groups + i * gpb;
+                group_scales(w.ty, blk, &mut s.fields[at..at + gpb]);
+            }
         }
-        // Stored (biased) values in the slots the activations take ([`Plan::xsrc`]).
-        s.panel.q.iter_mut().for_each(|q| *q += f.bias);
-        // (Every slot is written by the gather below: no need to zero them first.)
-        s.slots.resize(plan.x_len, 0);
-        // Pairs of values moved as 32-bit words (both buffers come from the allocator, which
-        // aligns them for u32; `align_to` checks).
-        // SAFETY: any bit pattern is a valid u32 and a valid pair of i16.
-        let (src, slots) = unsafe { (s.panel.q.align_to::<u32>(), s.slots.align_to_mut::<u32>()) };
-        assert!(src.0.is_empty() && slots.0.is_empty(), "i16 buffers not 4-byte aligned");
-        plan.gather_pairs(src.1, slots.1);
-        for c in &plan.chunks {
-            let dst = &mut dst[c.offset..c.offset + c.bytes];
-            let hb = header_bytes(f, c.groups);
-            write_header(f, &s.fields[c.g0..c.g0 + c.groups], &mut dst[..hb]);
-            let vecs = &s.slots[c.x_offset..c.x_offset + 32 * c.v];
-            let (step, sb) = (c.step(), step_bytes(f.bits, c.step()));
-            for (st, vv) in vecs.chunks_exact(32 * step).enumerate() {
-                encode_step(f.bits, vv, &mut dst[hb + st * sb..hb + (st + 1) * sb]);
+        let field = |r: usize, g: usize| s.fields[r * l.groups + g];
+        let put16 = |out: &mut [u8], r: usize, v: u16| out[2 * r..2 * r + 2].copy_from_slice(&v.to_le_bytes());
+        let mut vv = [0i16; STEP * 32];
+        for g in 0..l.groups {
+            let hdr = &mut dst[l.group_at(g)..];
+            for r in 0..n {
+                let fr = field(r, g);
+                match f.scales {
+                    Scales::PerGroup { mins } => {
+                        put16(hdr, r, fr.d);
+                        if mins {
+                            put16(&mut hdr[2 * LANES..], r, fr.dmin);
+                        }
+                    }
+                    Scales::Super { mins, .. } => {
+                        hdr[r] = fr.sc as u8;
+                        if mins {
+                            hdr[LANES + r] = fr.m;
+                        }
+                    }
+                }
+            }
+            if l.sb_bytes > 0 && g.is_multiple_of(l.per_sb) {
+                let sb = &mut dst[l.sb_at(g)..];
+                for r in 0..n {
+                    put16(sb, r, field(r, g).d);
+                    if f.scales.mins() {
+                        put16(&mut sb[2 * LANES..], r, field(r, g).dmin);
+                    }
+                }
+            }
+            // Step st holds pairs 4·st .. 4·st + 4 of the group; lane r of a vector is row r
+            // (stored 0 for rows past the matrix).
+            let steps = &mut dst[l.group_at(g) + l.header_bytes..l.group_at(g) + l.group_bytes];
+            for (st, out) in steps.chunks_exact_mut(step_bytes(f.bits)).enumerate() {
+                vv.fill(0);
+                for (e, v) in vv.chunks_exact_mut(32).enumerate() {
+                    let at = g * f.group + 2 * (STEP * st + e);
+                    for r in 0..n {
+                        let q = &s.panel.q[r * k + at..r * k + at + 2];
+                        v[2 * r] = q[0] + f.bias;
+                        v[2 * r + 1] = q[1] + f.bias;
+                    }
+                }
+                encode_step(f.bits, &vv, out);
             }
         }
     }
 }
 
-/// Buffers reused across the rows one packing task does.
+/// Buffers reused across the blocks one packing task does.
 #[derive(Default)]
 struct Scratch {
     panel: crate::qpanel::Panel,
     fields: Vec<GroupScale>,
-    slots: Vec<i16>,
 }
 
-/// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`) and
-/// interleaved by `p.plan` (`qi`).
 #[cfg(target_arch = "x86_64")]
-pub fn matmul(p: &Packed, a: &QuantizedActs, qi: &[i16], out: &mut [f32]) {
-    matmul_many(&[p], a, qi, &mut [out]);
+/// Activation rows as the kernels read them, in chunks of [`ACT_ROWS`] rows (the last padded
+/// with zero rows to 1, 2, 4 or 8): within a chunk of `c` rows, pair `p` (values `2p, 2p + 1`)
+/// of its row `i` is word `p·c + i`, and the scale and scaled sum of weight group `g` are
+/// `g·c + i` — so a kernel reads every row's values from one pointer and fixed offsets.
+#[derive(Default)]
+pub struct ActChunks {
+    m: usize,
+    k: usize,
+    q: Vec<u32>,
+    /// Per group of 32 values (`[0]`) and of 16 (`[1]`): scales, and scaled sums.
+    d: [Vec<f32>; 2],
+    dsum: [Vec<f32>; 2],
 }
 
-/// [`matmul`] for up to four weights of one layout ([`Plan::same_layout`]) and the same
-/// activations, as one job on the pool (q/k/v or gate/up: one quantization, one interleave,
-/// one start and join). Tasks take runs of tiles.
 #[cfg(target_arch = "x86_64")]
-pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, qi: &[i16], outs: &mut [&mut [f32]]) {
+/// One chunk of [`ActChunks`]: `c` rows, and where its values, scales and scaled sums (for
+/// weight groups of `group` values) start.
+#[derive(Clone, Copy)]
+pub struct ActChunk {
+    pub c: usize,
+    pub q: *const u32,
+    pub d: *const f32,
+    pub dsum: *const f32,
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Rows a kernel dots at once with a block's weights.
+pub const ACT_ROWS: usize = 8;
+
+#[cfg(target_arch = "x86_64")]
+impl ActChunks {
+    /// Lays out `a` (reusing the buffers).
+    pub fn build(&mut self, a: &QuantizedActs) {
+        let (m, k) = (a.m, a.k);
+        (self.m, self.k) = (m, k);
+        let padded = m / ACT_ROWS * ACT_ROWS + (m % ACT_ROWS).next_power_of_two() * (m % ACT_ROWS).min(1);
+        self.q.resize(padded * k / 2, 0);
+        let src = [(&a.d, &a.dsum32, k / 32), (&a.d16, &a.dsum16, k / 16)];
+        for ((d, dsum), (sd, sdsum, per)) in self.d.iter_mut().zip(&mut self.dsum).zip(src) {
+            d.resize(padded * per, 0.0);
+            dsum.resize(padded * per, 0.0);
+            for r0 in (0..m).step_by(ACT_ROWS) {
+                let c = (m - r0).min(ACT_ROWS).next_power_of_two();
+                for i in 0..c {
+                    let real = r0 + i < m;
+                    for g in 0..per {
+                        let (v, s) =
+                            if real { (sd[(r0 + i) * per + g], sdsum[(r0 + i) * per + g]) } else { (0.0, 0.0) };
+                        d[r0 * per + g * c + i] = v;
+                        dsum[r0 * per + g * c + i] = s;
+                    }
+                }
+            }
+        }
+        for r0 in (0..m).step_by(ACT_ROWS) {
+            let c = self.rows(r0);
+            let q = &mut self.q[r0 * k / 2..(r0 + c) * k / 2];
+            let rows = &a.q[r0 * k..(r0 + c).min(m) * k];
+            if c == ACT_ROWS && r0 + c <= m {
+                // SAFETY: the tier was checked by the caller; eight whole rows of k values
+                // (a multiple of 32) in and out.
+                unsafe { crate::packed_avx512::transpose8(rows, k / 2, q) };
+                continue;
+            }
+            for (i, row) in rows.chunks_exact(k).enumerate() {
+                for (w, x) in q.iter_mut().skip(i).step_by(c).zip(row.chunks_exact(2)) {
+                    *w = (x[0] as u16 as u32) | ((x[1] as u16 as u32) << 16);
+                }
+            }
+            for i in rows.len() / k..c {
+                q.iter_mut().skip(i).step_by(c).for_each(|w| *w = 0);
+            }
+        }
+    }
+
+    /// Rows in the chunk starting at row `r0` (a multiple of [`ACT_ROWS`]).
+    fn rows(&self, r0: usize) -> usize {
+        (self.m - r0).min(ACT_ROWS).next_power_of_two()
+    }
+
+    /// The chunk starting at row `r0`, for weight groups of `group` values.
+    pub fn chunk(&self, r0: usize, group: usize) -> ActChunk {
+        let j = (group == 16) as usize;
+        let per = self.k / group;
+        ActChunk {
+            c: self.rows(r0),
+            q: self.q[r0 * self.k / 2..].as_ptr(),
+            d: self.d[j][r0 * per..].as_ptr(),
+            dsum: self.dsum[j][r0 * per..].as_ptr(),
+        }
+    }
+}
+
+/// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`).
+#[cfg(target_arch = "x86_64")]
+pub fn matmul(p: &Packed, a: &QuantizedActs, out: &mut [f32]) {
+    matmul_many(&[p], a, &mut [out]);
+}
+
+/// [`matmul`] for up to four weights of the same width and the same activations, as one job on
+/// the pool (q/k/v or gate/up: one quantization, one start and join). Tasks take runs of
+/// units of two blocks ([`Packed::unit`]).
+#[cfg(target_arch = "x86_64")]
+pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
     use crate::matmul::SyncPtr;
     const MAX: usize = 4;
-    let (m, plan) = (a.m, &ps[0].plan);
+    let m = a.m;
     assert!(ps.len() <= MAX && ps.len() == outs.len());
     assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
-    assert!(a.k == ps[0].cols && qi.len() == m * plan.x_len);
     let threads = crate::pool::global().n_threads();
-    // Per weight: tiles per task, and the first task of each weight.
+    // Per weight: units per task, and the first task of each weight.
     let mut per = [0usize; MAX];
     let mut first = [0usize; MAX + 1];
     let mut out_ptr = [SyncPtr(std::ptr::null_mut()); MAX];
     for (i, (p, out)) in ps.iter().zip(outs.iter_mut()).enumerate() {
-        assert!(p.plan.same_layout(plan) && out.len() == m * p.rows);
-        per[i] = p.tiles().div_ceil(threads * 4).clamp(1, 32);
-        first[i + 1] = first[i] + p.tiles().div_ceil(per[i]);
+        assert!(a.k == p.cols && out.len() == m * p.rows);
+        let units = p.units();
+        per[i] = units.div_ceil(threads * 4).clamp(1, 4);
+        first[i + 1] = first[i] + units.div_ceil(per[i]);
         out_ptr[i] = SyncPtr(out.as_mut_ptr());
     }
-    crate::pool::global().run(first[ps.len()], &|task| {
-        let wi = (0..ps.len()).find(|&i| task < first[i + 1]).expect("task of some weight");
-        let (p, task) = (ps[wi], task - first[wi]);
-        let tiles = (task * per[wi])..((task + 1) * per[wi]).min(p.tiles());
-        let out = out_ptr[wi];
-        if m >= EXPAND_MIN_ROWS {
-            EXPANDED.with_borrow_mut(|e| run_expanded(p, a, qi, tiles, out, e));
-        } else {
-            run_in_registers(p, a, qi, tiles, out);
-        }
+    ACTS.with_borrow_mut(|x| {
+        x.build(a);
+        crate::pool::global().run(first[ps.len()], &|task| {
+            let wi = (0..ps.len()).find(|&i| task < first[i + 1]).expect("task of some weight");
+            let (p, task) = (ps[wi], task - first[wi]);
+            let units = task * per[wi]..((task + 1) * per[wi]).min(p.units());
+            run_task(p, x, units, out_ptr[wi]);
+        })
     });
 }
 
-/// From this many activation rows on, a tile's weights are expanded once ([`crate::packed_gemm`])
-/// rather than in registers for every four rows.
-#[cfg(target_arch = "x86_64")]
-const EXPAND_MIN_ROWS: usize = 8;
-
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    static EXPANDED: std::cell::RefCell<crate::packed_gemm::Expanded> = Default::default();
+    static ACTS: std::cell::RefCell<ActChunks> = Default::default();
 }
 
-/// Activation rows `b0..b0 + n` as kernel rows (the rest of the block repeats row `b0`: blocks
-/// are built whole, and only their first `n` rows are read).
+/// A task's units against all activation rows, in blocks of activation rows that stay in L2
+/// while every unit's weights (in L1) are dotted with them. The next tile's blocks of the same
+/// bands are fetched meanwhile, on the first pass over the weights.
 #[cfg(target_arch = "x86_64")]
-fn x_rows<const N: usize>(
-    a: &QuantizedActs,
-    qi: &[i16],
-    plan: &Plan,
-    b0: usize,
-    n: usize,
-) -> [crate::packed_avx512::XRow; N] {
-    let row = |i| crate::packed_avx512::XRow::new(a, qi, plan.x_len, plan.group, i);
-    let mut rows = [row(b0); N];
-    for (i, r) in rows.iter_mut().enumerate().take(n).skip(1) {
-        *r = row(b0 + i);
-    }
-    rows
-}
-
-/// A task's tiles against all activation rows, expanding weights in registers: activation rows
-/// go in blocks that stay in L1, four at a time against each tile.
-#[cfg(target_arch = "x86_64")]
-fn run_in_registers(
-    p: &Packed,
-    a: &QuantizedActs,
-    qi: &[i16],
-    tiles: std::ops::Range<usize>,
-    out: crate::matmul::SyncPtr,
-) {
-    const ACT_BLOCK: usize = 16;
-    let m = a.m;
-    for b0 in (0..m).step_by(ACT_BLOCK) {
-        let nb = (m - b0).min(ACT_BLOCK);
-        let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
-        for t in tiles.clone() {
-            let mut i = 0;
-            while i < nb {
-                let c = (nb - i).min(4);
-                let first = b0 == 0 && i == 0;
-                // SAFETY: the tier was checked; rows were interleaved by this layout; this
-                // task alone writes the columns of these tiles of this weight's output.
-                unsafe {
-                    let (o, xs) = (out.get().add((b0 + i) * p.rows), &xs[i..i + c]);
-                    let f = |res: &[[f32; ROW_TILE]]| write_tile(p, t, res, o);
-                    use crate::packed_avx512::tile;
-                    match c {
-                        4 => f(&tile::<4>(p, t, xs.try_into().expect("4"), first)),
-                        3 => f(&tile::<3>(p, t, xs.try_into().expect("3"), first)),
-                        2 => f(&tile::<2>(p, t, xs.try_into().expect("2"), first)),
-                        _ => f(&tile::<1>(p, t, xs.try_into().expect("1"), first)),
-                    }
-                }
-                i += c;
-            }
-        }
-    }
-}
-
-/// A task's tiles against all activation rows, each tile expanded once per block of activation
-/// rows (whose interleaved rows, read again for every tile, stay in L2: capping a block at
-/// 192 KiB cost more in re-expanded weights than it saved).
-#[cfg(target_arch = "x86_64")]
-fn run_expanded(
-    p: &Packed,
-    a: &QuantizedActs,
-    qi: &[i16],
-    tiles: std::ops::Range<usize>,
-    out: crate::matmul::SyncPtr,
-    e: &mut crate::packed_gemm::Expanded,
-) {
+fn run_task(p: &Packed, a: &ActChunks, units: std::ops::Range<usize>, out: crate::matmul::SyncPtr) {
     const ACT_BLOCK: usize = 64;
-    let m = a.m;
-    let mut staged = std::mem::take(&mut e.staged);
-    for b0 in (0..m).step_by(ACT_BLOCK) {
-        let nb = (m - b0).min(ACT_BLOCK);
-        let xs = x_rows::<ACT_BLOCK>(a, qi, &p.plan, b0, nb);
-        let (nt, per_tile) = (tiles.len(), ROW_TILE * nb);
-        staged.resize(per_tile * nt, 0.0);
-        // The runs' output lines, fetched for writing a few per tile while the tiles compute:
-        // the copy below then finds them owned (its stores otherwise waited on each line, often
-        // held by the other core that read the previous output).
-        let ahead = per_tile.div_ceil(nt);
-        // Each (activation row, band) takes a run of consecutive outputs from its band's start.
-        let starts = [0, 1, 2, 3].map(|r| p.row_of(tiles.start, r));
-        for (i, (t, st)) in tiles.clone().zip(staged.chunks_exact_mut(per_tile)).enumerate() {
-            // SAFETY: the tier was checked; rows were interleaved by this layout; `e` holds
-            // tile t when the rows are dotted.
-            unsafe {
-                crate::packed_gemm::expand_tile(p, t, e, b0 == 0);
-                crate::packed_gemm::tile_rows(p, e, &xs[..nb], st);
-            }
-            for k in (i * ahead..(i + 1) * ahead).take_while(|&k| k < per_tile) {
-                let (c, r) = (k / ROW_TILE, k % ROW_TILE);
-                let at = out.get().wrapping_add((b0 + c) * p.rows + starts[r]);
-                crate::matmul::x86::prefetch_lines_for_write(at as *const u8, nt * 4);
-            }
-        }
-        // SAFETY: the tier was checked; this task alone writes these outputs (the columns of
-        // its tiles) of rows b0..b0 + nb.
-        unsafe { crate::packed_gemm::write_runs(&staged, nb, starts, p.rows, out.get().add(b0 * p.rows)) };
-    }
-    e.staged = staged;
-}
-
-/// A tile's results for `res.len()` activation rows, written to `out` (row `c` at `out + c·rows`;
-/// padding rows dropped).
-///
-/// # Safety
-/// `out` must hold `res.len()` rows of `p.rows` outputs.
-#[cfg(target_arch = "x86_64")]
-unsafe fn write_tile(p: &Packed, t: usize, res: &[[f32; ROW_TILE]], out: *mut f32) {
-    for (c, row) in res.iter().enumerate() {
-        for (r, &v) in row.iter().enumerate() {
-            let j = p.row_of(t, r);
-            if j < p.rows {
-                unsafe { *out.add(c * p.rows + j) = v };
+    for b0 in (0..a.m).step_by(ACT_BLOCK) {
+        let xs = b0..(b0 + ACT_BLOCK).min(a.m);
+        for u in units.clone() {
+            let (b, n) = p.unit(u);
+            let (next, more) = p.unit(u + 1);
+            let ahead = (b0 == 0 && more > 0).then_some(next);
+            if n > 0 {
+                // SAFETY: the tier was checked; this task alone writes these blocks' outputs.
+                unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) };
             }
         }
     }
@@ -593,39 +531,6 @@ fn group_scales(ty: GgmlType, b: &[u8], out: &mut [GroupScale]) {
     }
 }
 
-/// Header: per-group f16 `d` (then `m`); or integer scales, minimums, then per-super-block
-/// f16 `d` and `dmin`.
-fn write_header(f: Format, gs: &[GroupScale], out: &mut [u8]) {
-    let hg = gs.len();
-    let put16 = |out: &mut [u8], i: usize, v: u16| out[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
-    match f.scales {
-        Scales::PerGroup { mins } => {
-            for (i, g) in gs.iter().enumerate() {
-                put16(out, i, g.d);
-                if mins {
-                    put16(&mut out[2 * hg..], i, g.dmin);
-                }
-            }
-        }
-        Scales::Super { per_sb, mins, .. } => {
-            let nsb = hg.div_ceil(per_sb);
-            let (ints, tail) = out.split_at_mut(hg * (1 + mins as usize));
-            for (i, g) in gs.iter().enumerate() {
-                ints[i] = g.sc as u8;
-                if mins {
-                    ints[hg + i] = g.m;
-                }
-            }
-            for sb in 0..nsb {
-                put16(tail, sb, gs[sb * per_sb].d);
-                if mins {
-                    put16(&mut tail[2 * nsb..], sb, gs[sb * per_sb].dmin);
-                }
-            }
-        }
-    }
-}
-
 /// Encodes one step (`vv`: 4 or 2 vectors of 32 values) of stored values into its bit planes, in the
 /// order the kernels read them: nibble entries (vectors `2e`, `2e+1` in the low and high
 /// nibbles of each byte), then a 2-bit entry (vector `t` in bits `2t..2t+2`), then one 32-bit
@@ -674,29 +579,18 @@ mod tests {
     use crate::testing::quantize_random;
     use half::f16;
 
-    /// The scalar reading of a packed chunk header: `(vscale, mcoef)` of its groups, as
-    /// [`unpack_block`] computes them (tests check they are the same bits).
-    fn header_scales(f: Format, hdr: &[u8], hg: usize) -> (Vec<f32>, Vec<f32>) {
-        let h = |i: usize| f16::from_bits(f16_bits(hdr, 2 * i)).to_f32();
+    /// The scalar reading of row `r`'s scale fields of group `g` in a packed block:
+    /// `(vscale, mcoef)` as [`crate::qpanel::unpack_block`] computes them.
+    fn header_scales(f: Format, l: &Layout, blk: &[u8], g: usize, r: usize) -> (f32, f32) {
+        let h = |at: usize| f16::from_bits(f16_bits(blk, at)).to_f32();
+        let hdr = l.group_at(g);
         match f.scales {
-            Scales::PerGroup { mins } => {
-                let vs = (0..hg).map(h).collect();
-                let mc = if mins { (0..hg).map(|i| h(hg + i)).collect() } else { vec![0.0; hg] };
-                (vs, mc)
-            }
-            Scales::Super { per_sb, signed, mins } => {
-                let nsb = hg.div_ceil(per_sb);
-                let ints = hg * (1 + mins as usize);
-                let hd = |i: usize| f16::from_bits(f16_bits(&hdr[ints..], 2 * i)).to_f32();
-                let vs = (0..hg)
-                    .map(|i| {
-                        let sc = if signed { hdr[i] as i8 as f32 } else { hdr[i] as f32 };
-                        hd(i / per_sb) * sc
-                    })
-                    .collect();
-                let mc =
-                    (0..hg).map(|i| if mins { -(hd(nsb + i / per_sb) * hdr[hg + i] as f32) } else { 0.0 }).collect();
-                (vs, mc)
+            Scales::PerGroup { mins } => (h(hdr + 2 * r), if mins { h(hdr + 2 * (LANES + r)) } else { 0.0 }),
+            Scales::Super { signed, mins, .. } => {
+                let sb = l.sb_at(g);
+                let sc = if signed { blk[hdr + r] as i8 as f32 } else { blk[hdr + r] as f32 };
+                let mc = if mins { -(h(sb + 2 * (LANES + r)) * blk[hdr + LANES + r] as f32) } else { 0.0 };
+                (h(sb + 2 * r) * sc, mc)
             }
         }
     }
@@ -753,44 +647,42 @@ mod tests {
         }
     }
 
-    /// Every packed value and scale reads back as the panel (the scalar reference) has it.
+    /// Every packed value and scale reads back as the panel (the scalar reference) has it, and
+    /// rows past the matrix are zero.
     #[test]
-    fn packed_rows_read_back_as_the_panel() {
+    fn packed_blocks_read_back_as_the_panel() {
         for (ty, f) in FORMATS {
             for k in ks(ty) {
-                let rows = 6;
+                let rows = 21;
                 let w = quantize_random(ty, rows, k, 5);
                 let p = Packed::pack(&w).expect("packable");
+                let l = p.layout;
                 let mut panel = Panel::default();
                 panel.unpack(crate::isa::Tier::Scalar, ty, w.bytes(), rows, k);
                 let g = panel.group;
-                for row in 0..rows {
-                    for c in &p.plan.chunks {
-                        let at = p.chunk_at(row, c);
-                        let chunk = &p.data.bytes()[at..at + c.bytes];
-                        let hb = header_bytes(f, c.groups);
-                        let (vs, mc) = header_scales(f, &chunk[..hb], c.groups);
-                        let step = c.step();
-                        let vecs: Vec<[i16; 32]> = chunk[hb..]
-                            .chunks_exact(step_bytes(f.bits, step))
-                            .flat_map(|s| decode_step(f.bits, step, s))
-                            .collect();
-                        assert_eq!(vecs.len(), c.v);
-                        for gl in 0..c.groups {
-                            let gi = c.g0 + gl;
-                            let pg = row * (k / g) + gi;
-                            assert_eq!(vs[gl].to_bits(), panel.vscale[pg].to_bits(), "{ty:?} k={k} vscale");
-                            let want_mc = panel.mcoef.as_ref().map_or(0.0, |m| m[pg]);
-                            assert_eq!(mc[gl].to_bits(), want_mc.to_bits(), "{ty:?} k={k} mcoef");
-                            for e in 0..g {
-                                let (v, lane) = c.slot(gl, e / 2);
-                                let got = vecs[v][2 * lane + e % 2] - f.bias;
-                                assert_eq!(
-                                    got,
-                                    panel.q[row * k + gi * g + e],
-                                    "{ty:?} k={k} row {row} group {gi} value {e}"
-                                );
-                            }
+                for row in 0..p.blocks() * LANES {
+                    let (blk, r) = (p.block(row / LANES), row % LANES);
+                    for gi in 0..k / g {
+                        let (vs, mc) = header_scales(f, &l, blk, gi, r);
+                        let steps = &blk[l.group_at(gi) + l.header_bytes..l.group_at(gi) + l.group_bytes];
+                        let vecs: Vec<[i16; 32]> =
+                            steps.chunks_exact(step_bytes(f.bits)).flat_map(|s| decode_step(f.bits, STEP, s)).collect();
+                        assert_eq!(vecs.len(), g / 2);
+                        if row >= rows {
+                            assert!(vs == 0.0 && mc == 0.0 && vecs.iter().all(|v| v[2 * r] == 0 && v[2 * r + 1] == 0));
+                            continue;
+                        }
+                        let pg = row * (k / g) + gi;
+                        assert_eq!(vs.to_bits(), panel.vscale[pg].to_bits(), "{ty:?} k={k} vscale");
+                        let want_mc = panel.mcoef.as_ref().map_or(0.0, |m| m[pg]);
+                        assert_eq!(mc.to_bits(), want_mc.to_bits(), "{ty:?} k={k} mcoef");
+                        for e in 0..g {
+                            let got = vecs[e / 2][2 * r + e % 2] - f.bias;
+                            assert_eq!(
+                                got,
+                                panel.q[row * k + gi * g + e],
+                                "{ty:?} k={k} row {row} group {gi} value {e}"
+                            );
                         }
                     }
                 }
@@ -812,18 +704,19 @@ mod tests {
         }
         for (ty, _) in FORMATS {
             for k in ks(ty) {
-                // 13 rows: one tile a task; 150: runs of five tiles a task (on two threads).
-                for (n, m) in [1, 2, 3, 4, 5, 8, 9, 70].map(|m| (13, m)).into_iter().chain([(150, 1), (150, 70)]) {
+                // 13 rows: one block; 150: ten blocks, whose last band is short; 300: runs of
+                // several blocks a task (on two threads).
+                let shapes =
+                    [1, 2, 3, 4, 5, 8, 9, 70].map(|m| (13, m)).into_iter().chain([(150, 1), (150, 70), (300, 9)]);
+                for (n, m) in shapes {
                     let w = quantize_random(ty, n, k, 31);
                     let p = Packed::pack(&w).expect("packable");
                     let x = rand_vec(70 * k, 32);
                     let a = QuantizedActs::quantize(&x[..m * k], m, k);
                     let mut want = vec![0f32; m * n];
                     crate::qmatmul::qmatmul(Tier::Scalar, &a, &w, &mut want);
-                    let mut qi = Interleaved::default();
-                    p.plan.interleave(&a.q, m, &mut qi);
                     let mut got = vec![0f32; m * n];
-                    matmul(&p, &a, qi.as_slice(), &mut got);
+                    matmul(&p, &a, &mut got);
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} k={k} m={m} out {i}: {g} vs {w}");
                     }
@@ -832,41 +725,25 @@ mod tests {
         }
     }
 
-    /// The vector gather lays out rows as the plain loop over `xsrc` does.
-    #[cfg(target_arch = "x86_64")]
+    /// Groups and super-block headers tile a block exactly, in order.
     #[test]
-    fn interleave_gathers_as_the_plain_loop() {
-        if !crate::isa::Tier::Avx512.supported() {
-            return;
-        }
+    fn layouts_cover_each_block_exactly() {
         for (ty, f) in FORMATS {
             for k in ks(ty) {
-                let plan = Plan::new(f, group_of(ty), k);
-                let src: Vec<u32> = (0..k as u32 / 2).map(|i| i.wrapping_mul(2654435761) | 1).collect();
-                let want: Vec<u32> = plan.xsrc.iter().map(|&p| if p < 0 { 0 } else { src[p as usize] }).collect();
-                let mut got = vec![7u32; want.len()];
-                // SAFETY: checked above; xsrc entries are < k/2.
-                unsafe { crate::packed_avx512::gather_pairs(&plan.xsrc, &src, &mut got) };
-                assert_eq!(got, want, "{ty:?} k={k}");
-            }
-        }
-    }
-
-    #[test]
-    fn plans_cover_every_value_once_and_tails_are_narrow() {
-        for (ty, f) in FORMATS {
-            for k in ks(ty) {
-                let plan = Plan::new(f, group_of(ty), k);
-                let mut seen = vec![false; k / 2];
-                for &from in plan.xsrc.iter().filter(|&&p| p >= 0) {
-                    assert!(!std::mem::replace(&mut seen[from as usize], true), "{ty:?} k={k}: pair taken twice");
+                let l = Layout::new(f, k);
+                let mut at = 0;
+                for g in 0..l.groups {
+                    if g % l.per_sb == 0 {
+                        assert_eq!(l.sb_at(g), at, "{ty:?} k={k}");
+                        at += l.sb_bytes;
+                    }
+                    assert_eq!(l.group_at(g), at, "{ty:?} k={k}");
+                    at += l.group_bytes;
                 }
-                assert!(seen.iter().all(|&s| s), "{ty:?} k={k}: a pair left out");
-                let last = plan.chunks.last().unwrap();
-                assert!(last.groups * last.s <= LANES && last.v >= 2);
-                if last.groups <= 2 && f.bits == 4 {
-                    assert_eq!(last.v, 2, "{ty:?} k={k}: a 1–2 group tail takes two vectors");
-                }
+                assert_eq!(at, l.block_bytes, "{ty:?} k={k}");
+                // The bytes per weight of the GGUF format, or a little more for Q2_K's byte scales.
+                let gguf = ty.bytes_for(LANES * k).expect("whole blocks");
+                assert!(l.block_bytes >= gguf && l.block_bytes <= gguf * 6 / 5, "{ty:?}: {} vs {gguf}", l.block_bytes);
             }
         }
     }

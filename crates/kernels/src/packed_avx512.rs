@@ -1,21 +1,18 @@
-//! AVX-512 VNNI kernels over [`crate::packed`] weights: a tile of four weight rows against up
-//! to four activation rows, values expanded to int16 in registers and multiplied by
-//! `vpdpwssd` (32 products a instruction, sixteen group sums in sixteen lanes).
+//! AVX-512 VNNI kernels over [`crate::packed`] weights (rows across lanes): per group, a
+//! block's sixteen rows widened to int16 vectors, one per value pair, and each activation pair
+//! broadcast against them by `vpdpwssd` — sixteen rows' group sums in sixteen lanes, for up to
+//! eight activation rows at once.
 //!
-//! The float epilogue is the reduction of [`crate::qmatmul`]: per group, in group order,
-//! `acc[g mod 16] = fma(isum, vscale·dx, acc[g mod 16])` (and the minimums) — one fused
-//! multiply-add per chunk, as chunks start at multiples of 16 groups — so results have the same
-//! bits as the scalar tier whatever the tile, batch or thread.
+//! The float epilogue is the reduction of [`crate::qmatmul`] with rows in lanes: per group,
+//! `acc[g mod 16] = fma(isum, vscale·dx, acc[g mod 16])` (and the minimums' own accumulators),
+//! where `acc[l]` is a vector of the sixteen rows, kept in L1; the final `hsum16` over `l` is
+//! vector additions in its association. So results have the scalar tier's bits whatever the
+//! batch, block or thread.
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::matmul::x86_hsum;
-use crate::packed::{Chunk, FORMATS, LANES, Packed, ROW_TILE, Scales, header_bytes, step_bytes};
-use crate::quant_act::QuantizedActs;
+use crate::packed::{ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, step_bytes};
 use std::arch::x86_64::*;
-
-/// How many tiles ahead each band's rows are prefetched.
-pub(crate) const PREFETCH_TILES: usize = 4;
 
 /// `$body` with `$F` bound, as a constant, to the format index `$index` ([`FORMATS`]): the
 /// kernels are compiled once per format, and a runtime index picks one.
@@ -36,235 +33,419 @@ macro_rules! by_format {
         }
     };
 }
-pub(crate) use by_format;
 
-/// One activation row as the kernels read it: interleaved values, and per group its scale,
-/// scaled sum (for minimums) and integer sum (for biases), in natural group order.
-#[derive(Clone, Copy)]
-pub struct XRow {
-    pub q: *const i16,
-    pub dx: *const f32,
-    pub dsum: *const f32,
-    pub isum: *const i32,
-}
-
-impl XRow {
-    pub fn new(a: &QuantizedActs, qi: &[i16], x_len: usize, group: usize, i: usize) -> XRow {
-        let (dx, dsum, isum) = if group == 32 { (&a.d, &a.dsum32, &a.sum32) } else { (&a.d16, &a.dsum16, &a.sum16) };
-        let per = a.k / group;
-        let at = |v: &[f32]| v[i * per..(i + 1) * per].as_ptr();
-        XRow {
-            q: qi[i * x_len..(i + 1) * x_len].as_ptr(),
-            dx: at(dx),
-            dsum: at(dsum),
-            isum: isum[i * per..(i + 1) * per].as_ptr(),
-        }
-    }
-}
-
-/// `dst[i] = src[idx[i]]`, 0 where `idx[i] < 0`: sixteen pairs a gather instruction (the
-/// interleaved layout puts each of a vector's lanes in a different group, so no wider moves
-/// would do; the scalar loop took ~2.5 cycles a value).
-///
-/// # Safety
-/// The CPU must support AVX-512 F; every entry of `idx` is < `src.len()`.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn gather_pairs(idx: &[i32], src: &[u32], dst: &mut [u32]) {
-    assert!(idx.len() == dst.len() && dst.len().is_multiple_of(16));
-    for (d, i) in dst.chunks_exact_mut(16).zip(idx.chunks_exact(16)) {
-        // SAFETY: 16 entries each; the lanes gathered hold indices within `src` (the caller).
-        unsafe {
-            let i = _mm512_loadu_si512(i.as_ptr() as *const __m512i);
-            let some = _mm512_cmpge_epi32_mask(i, _mm512_setzero_si512());
-            let v = _mm512_mask_i32gather_epi32::<4>(_mm512_setzero_si512(), some, i, src.as_ptr() as *const i32);
-            _mm512_storeu_si512(d.as_mut_ptr() as *mut __m512i, v);
-        }
-    }
-}
-
-/// `out[c][r] = x[c] · row p.row_of(t, r)` for the four rows of tile `t` and `C` activation rows.
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI; `x` rows must be interleaved by `p.plan`.
+/// Step `st` of group `g` of block `b` widened to int16, bias taken off.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn tile<const C: usize>(p: &Packed, t: usize, x: &[XRow; C], prefetch: bool) -> [[f32; ROW_TILE]; C] {
-    // SAFETY: as vouched by the caller.
-    unsafe { by_format!(p.index, F => tile_f::<F, C>(p, t, x, prefetch)) }
-}
-
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile_f<const F: usize, const C: usize>(
-    p: &Packed,
-    t: usize,
-    x: &[XRow; C],
-    prefetch: bool,
-) -> [[f32; ROW_TILE]; C] {
+unsafe fn step<const F: usize>(p: &Packed, b: usize, g: usize, st: usize) -> [__m512i; STEP] {
     let f = FORMATS[F].1;
-    let mut acc = [[_mm512_setzero_ps(); C]; ROW_TILE];
-    let mut accm = [[_mm512_setzero_ps(); C]; ROW_TILE];
-    assert!(t < p.tiles() && p.data.bytes().len() == ROW_TILE * p.tiles() * p.plan.row_bytes);
-    let rows = [0, 1, 2, 3].map(|r| p.row_of(t, r));
-    // Each band is a stream; the rows PREFETCH_TILES ahead in each are fetched meanwhile (the
-    // hardware prefetcher ramps up too slowly over a task's short streams). Only on the first
-    // pass over the tiles: later passes find them cached, and prefetches would only stall.
-    let ahead = t + PREFETCH_TILES;
-    if prefetch && ahead < p.tiles() {
-        for r in 0..ROW_TILE {
-            let at = p.row_of(ahead, r) * p.plan.row_bytes;
-            crate::matmul::x86::prefetch_lines(p.data.bytes()[at..].as_ptr(), p.plan.row_bytes);
+    let l = &p.layout;
+    // SAFETY: the group's steps are within the block (offsets from the layout).
+    let mut v =
+        unsafe { expand::<F, STEP>(p.block(b).as_ptr().add(l.group_at(g) + l.header_bytes + st * step_bytes(f.bits))) };
+    if f.bias != 0 {
+        // (Q4_1, Q8_0 and most k-quants store values unbiased.)
+        for v in v.iter_mut() {
+            *v = _mm512_sub_epi16(*v, _mm512_set1_epi16(f.bias));
         }
     }
-    for ch in &p.plan.chunks {
-        let base: [*const u8; ROW_TILE] = std::array::from_fn(|r| p.data.bytes()[p.chunk_at(rows[r], ch)..].as_ptr());
-        let hb = header_bytes(f, ch.groups);
-        // SAFETY: the chunk's bytes are within the tile (assert above, offsets from the plan);
-        // activation rows hold the chunk's `v × 32` values at `x_offset` (the caller).
-        unsafe {
-            let xq: [*const i16; C] = std::array::from_fn(|c| x[c].q.wrapping_add(ch.x_offset));
-            let w: [*const u8; ROW_TILE] = std::array::from_fn(|r| base[r].wrapping_add(hb));
-            // One activation row gives only four accumulator chains; two per row hide the
-            // latency of vpdpwssd (integer sums: any split is exact).
-            let isums = match (ch.v == 2, C == 1) {
-                (true, true) => dots::<F, C, 2, 2>(w, xq, ch.v),
-                (true, false) => dots::<F, C, 2, 1>(w, xq, ch.v),
-                (false, true) => dots::<F, C, 4, 2>(w, xq, ch.v),
-                (false, false) => dots::<F, C, 4, 1>(w, xq, ch.v),
-            };
-            macro_rules! row {
-                ($r:literal) => {
-                    let sc = scales::<F>(base[$r], ch.groups);
+    v
+}
+
+/// Group `g`'s scales of block `b`; the same share of block `ahead`'s bytes is prefetched.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_scales<const F: usize>(p: &Packed, b: usize, g: usize, ahead: Option<usize>) -> (__m512, __m512) {
+    let l = &p.layout;
+    if let Some(a) = ahead {
+        let (from, to) = (g * l.block_bytes / l.groups, (g + 1) * l.block_bytes / l.groups);
+        crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), to - from);
+    }
+    // SAFETY: group g's headers are within the block.
+    unsafe { scales::<F>(p.block(b).as_ptr(), l, g) }
+}
+
+/// The sixteen rows' `(vscale, mcoef)` of group `g` of a block, as the scalar tier computes them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn scales<const F: usize>(blk: *const u8, l: &crate::packed::Layout, g: usize) -> (__m512, __m512) {
+    let h16 = |p: *const u8| unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) };
+    // SAFETY: the headers hold these fields (the layout).
+    unsafe {
+        let hdr = blk.add(l.group_at(g));
+        match FORMATS[F].1.scales {
+            Scales::PerGroup { mins } => (h16(hdr), if mins { h16(hdr.add(2 * LANES)) } else { _mm512_setzero_ps() }),
+            Scales::Super { signed, mins, .. } => {
+                let sb = blk.add(l.sb_at(g));
+                let ints = |p: *const u8| {
+                    let b = _mm_loadu_si128(p as *const __m128i);
+                    _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(b) } else { _mm512_cvtepu8_epi32(b) })
+                };
+                let vs = _mm512_mul_ps(h16(sb), ints(hdr));
+                let mc = if mins {
+                    let m = _mm512_mul_ps(h16(sb.add(2 * LANES)), ints(hdr.add(LANES)));
+                    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32(i32::MIN)))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                (vs, mc)
+            }
+        }
+    }
+}
+
+/// Two blocks widened once, for several chunks of activation rows: `vals` holds block `k`'s
+/// steps group by group (four vectors a step), `scales[k · groups + g]` its group `g`'s.
+#[derive(Default)]
+struct Expanded {
+    vals: Vec<__m512i>,
+    scales: Vec<(__m512, __m512)>,
+    groups: usize,
+    steps: usize,
+}
+
+thread_local! {
+    static EXPANDED: std::cell::RefCell<Expanded> = Default::default();
+}
+
+/// Widens blocks `b` of `p` into `e`, fetching blocks `ahead` meanwhile.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], ahead: Option<[usize; 2]>, e: &mut Expanded) {
+    let (groups, steps) = (p.layout.groups, FORMATS[F].1.group / 2 / STEP);
+    (e.groups, e.steps) = (groups, steps);
+    e.vals.resize(2 * groups * steps * STEP, _mm512_setzero_si512());
+    e.scales.resize(2 * groups, (_mm512_setzero_ps(), _mm512_setzero_ps()));
+    let mut at = 0;
+    for k in 0..2 {
+        for g in 0..groups {
+            // SAFETY: blocks b and group g exist (the caller; `groups` from the layout).
+            unsafe {
+                e.scales[k * groups + g] = group_scales::<F>(p, b[k], g, ahead.map(|a| a[k]));
+                for st in 0..steps {
+                    for v in step::<F>(p, b[k], g, st) {
+                        e.vals[at] = v;
+                        at += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a kernel takes two blocks' weights from: widened in registers from the packed
+/// blocks `b` (fetching blocks `ahead`), or from `e` (with `BUF`).
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    p: &'a Packed,
+    b: [usize; 2],
+    ahead: Option<[usize; 2]>,
+    e: &'a Expanded,
+}
+
+impl Src<'_> {
+    /// Step `st` of group `g` of block `k`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn step<const F: usize, const BUF: bool>(&self, k: usize, g: usize, st: usize) -> [__m512i; STEP] {
+        if BUF {
+            let at = ((k * self.e.groups + g) * self.e.steps + st) * STEP;
+            let v = &self.e.vals[at..at + STEP];
+            return [v[0], v[1], v[2], v[3]];
+        }
+        // SAFETY: block b[k] and its group g exist (the caller).
+        unsafe { step::<F>(self.p, self.b[k], g, st) }
+    }
+
+    /// Group `g`'s `(vscale, mcoef)` of block `k`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn scales<const F: usize, const BUF: bool>(&self, k: usize, g: usize) -> (__m512, __m512) {
+        if BUF {
+            return self.e.scales[k * self.e.groups + g];
+        }
+        // SAFETY: as above.
+        unsafe { group_scales::<F>(self.p, self.b[k], g, self.ahead.map(|a| a[k])) }
+    }
+
+    /// Group `g`'s integer sums of both blocks and the chunk's `C` rows: step by step, four
+    /// weight vectors of each block in registers, each activation pair broadcast once and
+    /// dotted with both blocks' (2·C independent chains).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sums<const F: usize, const C: usize, const BUF: bool>(
+        &self,
+        x: &ActChunk,
+        g: usize,
+    ) -> [[__m512i; C]; 2] {
+        let group = FORMATS[F].1.group;
+        let mut s = [[_mm512_setzero_si512(); C]; 2];
+        // SAFETY: the chunk has the group's pairs of its C rows.
+        let xg = unsafe { x.q.add(group / 2 * g * C) };
+        for st in 0..group / 2 / STEP {
+            // SAFETY: as above.
+            let (wa, wb) = unsafe { (self.step::<F, BUF>(0, g, st), self.step::<F, BUF>(1, g, st)) };
+            macro_rules! pair {
+                ($j:literal) => {
                     for c in 0..C {
-                        epilogue::<F>(ch, isums[$r][c], sc.0, &x[c], true, &mut acc[$r][c]);
-                        if f.scales.mins() {
-                            epilogue_mins(ch, sc.1, &x[c], &mut accm[$r][c]);
-                        }
+                        // SAFETY: pair STEP·st + j of group g of the chunk's row c.
+                        let t = unsafe { _mm512_set1_epi32(*xg.add((STEP * st + $j) * C + c) as i32) };
+                        dpwssd(&mut s[0][c], wa[$j], t);
+                        dpwssd(&mut s[1][c], wb[$j], t);
                     }
                 };
             }
-            row!(0);
-            row!(1);
-            row!(2);
-            row!(3);
+            pair!(0);
+            pair!(1);
+            pair!(2);
+            pair!(3);
         }
+        s
     }
-    sums(&acc, &accm)
+
+    /// The reference's step for group `g`, block `k`, row `c`: `acc = fma(isum, vscale·dx,
+    /// acc)` and, with minimums, `accm = fma(mcoef, dsum, accm)`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn epilogue<const F: usize, const C: usize>(
+        x: &ActChunk,
+        g: usize,
+        c: usize,
+        isum: __m512i,
+        (vs, mc): (__m512, __m512),
+        (acc, accm): (__m512, __m512),
+    ) -> (__m512, __m512) {
+        // SAFETY: the chunk has a scale and a scaled sum per group and row.
+        let (dx, ds) = unsafe { (*x.d.add(g * C + c), *x.dsum.add(g * C + c)) };
+        let scl = _mm512_mul_ps(vs, _mm512_set1_ps(dx));
+        let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scl, acc);
+        (acc, if FORMATS[F].1.scales.mins() { _mm512_fmadd_ps(mc, _mm512_set1_ps(ds), accm) } else { accm })
+    }
 }
 
-/// Each (row, activation) pair's accumulators summed: `hsum16(acc) + hsum16(accm)`.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) fn sums<const C: usize>(
-    acc: &[[__m512; C]; ROW_TILE],
-    accm: &[[__m512; C]; ROW_TILE],
-) -> [[f32; ROW_TILE]; C] {
-    let mut out = [[0f32; ROW_TILE]; C];
-    if C == 1 {
-        for (r, v) in out[0].iter_mut().enumerate() {
-            *v = hsum16(acc[r][0]) + hsum16(accm[r][0]);
-        }
-        return out;
-    }
-    // All outputs at once: vector 4c + r is output (r, c).
-    let pick = |a: &[[__m512; C]; ROW_TILE], i: usize| if i / 4 < C { a[i % 4][i / 4] } else { _mm512_setzero_ps() };
-    let sums = _mm512_add_ps(
-        hsum16_x16(&std::array::from_fn(|i| pick(acc, i))),
-        hsum16_x16(&std::array::from_fn(|i| pick(accm, i))),
-    );
-    let mut lanes = [0f32; 16];
-    // SAFETY: 16 floats.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sums) };
-    for (c, o) in out.iter_mut().enumerate() {
-        for (r, v) in o.iter_mut().enumerate() {
-            *v = lanes[hsum16_x16_lane(4 * c + r)];
-        }
-    }
-    out
-}
-
-/// The lane of [`hsum16_x16`]'s result that holds vector `i`'s sum.
-const fn hsum16_x16_lane(i: usize) -> usize {
-    4 * (i % 4) + i / 4
-}
-
-/// [`hsum16`] of sixteen vectors at once, by a transposing reduction that performs the same
-/// additions in the same association: `b = lo + hi` halves, `c_l = b_l + b_{l+4}`,
-/// `d = (c0 + c2, c1 + c3)`, `d0 + d1`. Vector `i`'s sum lands in lane [`hsum16_x16_lane`]`(i)`.
-#[inline]
+/// Eight rows of int16 values (`pairs` pairs each, a multiple of 16) laid out pair-major:
+/// `dst[8p + i]` = pair `p` of row `i` — per sixteen pairs, an 8 × 8 transposition of 64-bit
+/// elements (pairs of pairs) in three butterfly stages, then the halves of each split.
+///
+/// # Safety
+/// The CPU must support AVX-512 F; `src` holds 8 rows of `2 · pairs` values, `dst` `8 · pairs`.
 #[target_feature(enable = "avx512f")]
-fn hsum16_x16(v: &[__m512; 16]) -> __m512 {
-    // b: vector pairs' 256-bit halves added; w[i] holds b of v[2i] (low half) and v[2i+1].
-    let w: [__m512; 8] = std::array::from_fn(|i| {
-        let (a, b) = (v[2 * i], v[2 * i + 1]);
-        _mm512_add_ps(_mm512_shuffle_f32x4::<0b01_00_01_00>(a, b), _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b))
-    });
-    // c: 128-bit quarters added; u[j]'s quarter k holds c0..c3 of v[4j + k].
-    let u: [__m512; 4] = std::array::from_fn(|j| {
-        let (a, b) = (w[2 * j], w[2 * j + 1]);
-        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(a, b), _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b))
-    });
-    // d: within quarters, (c0 + c2, c1 + c3) of two vectors side by side.
-    let z: [__m512; 2] = std::array::from_fn(|k| {
-        let (a, b) = (u[2 * k], u[2 * k + 1]);
-        _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
-    });
-    _mm512_add_ps(_mm512_shuffle_ps::<0x88>(z[0], z[1]), _mm512_shuffle_ps::<0xDD>(z[0], z[1]))
+pub unsafe fn transpose8(src: &[i16], pairs: usize, dst: &mut [u32]) {
+    assert!(pairs.is_multiple_of(16) && src.len() == 16 * pairs && dst.len() == 8 * pairs);
+    let idx = |v: [i64; 8]| _mm512_setr_epi64(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+    let stage = |r: &mut [__m512i; 8], d: usize, lo: [i64; 8], hi: [i64; 8]| {
+        let (lo, hi) = (idx(lo), idx(hi));
+        for i in (0..8).filter(|i| i & d == 0) {
+            let (a, b) = (r[i], r[i + d]);
+            r[i] = _mm512_permutex2var_epi64(a, lo, b);
+            r[i + d] = _mm512_permutex2var_epi64(a, hi, b);
+        }
+    };
+    let split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for p0 in (0..pairs).step_by(16) {
+        // SAFETY: 16 pairs of each row (the assert).
+        let mut r: [__m512i; 8] = std::array::from_fn(|i| unsafe {
+            _mm512_loadu_si512(src.as_ptr().add(2 * (i * pairs + p0)) as *const __m512i)
+        });
+        stage(&mut r, 1, [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15]);
+        stage(&mut r, 2, [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]);
+        stage(&mut r, 4, [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]);
+        // r[v] holds pairs 2v, 2v + 1 of rows 0..8, interleaved by row.
+        for (v, col) in r.into_iter().enumerate() {
+            // SAFETY: 16 words at 8·(p0 + 2v) (the assert).
+            unsafe {
+                _mm512_storeu_si512(
+                    dst.as_mut_ptr().add(8 * (p0 + 2 * v)) as *mut __m512i,
+                    _mm512_permutexvar_epi32(split, col),
+                )
+            };
+        }
+    }
 }
 
-/// The integer lanes of one chunk: `Σ_v vpdpwssd(w_v, x_v)` for each of the four rows and
-/// `C` activation rows, `STEP` vectors expanded at a time, over `S` accumulators each.
+/// Blocks `b` of `p` (the first `n` of them real) against activation rows `xs` of `a` (from a
+/// multiple of [`ACT_ROWS`]), a chunk at a time: output row `i` gets block `b[k]`'s sixteen
+/// values at `out + i · p.rows + 16 · b[k]`, those at or past `p.rows` left alone. With one
+/// chunk the weights are widened in registers, blocks `ahead` fetched meanwhile; with more,
+/// widened once into a buffer (re-widening them per chunk cost up to a quarter more time).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI; no other thread writes these outputs.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn block_rows(
+    p: &Packed,
+    (b, n): ([usize; 2], usize),
+    ahead: Option<[usize; 2]>,
+    a: &ActChunks,
+    xs: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: as vouched by the caller.
+    unsafe { by_format!(p.index, F => block_rows_f::<F>(p, (b, n), ahead, a, xs, out)) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_rows_f<const F: usize>(
+    p: &Packed,
+    (b, n): ([usize; 2], usize),
+    ahead: Option<[usize; 2]>,
+    a: &ActChunks,
+    xs: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let buffered = xs.len() > ACT_ROWS;
+    EXPANDED.with_borrow_mut(|e| {
+        if buffered {
+            // SAFETY: blocks b exist (the caller).
+            unsafe { expand_blocks::<F>(p, b, ahead, e) };
+        }
+        let w = Src { p, b, ahead, e };
+        for c0 in xs.clone().step_by(ACT_ROWS) {
+            let x = a.chunk(c0, FORMATS[F].1.group);
+            macro_rules! go {
+                ($C:literal) => {{
+                    // SAFETY: blocks b and their groups exist; the chunk has C rows.
+                    let sums = unsafe {
+                        match (buffered, $C) {
+                            (true, _) => by_lane::<F, $C, true>(&w, &x),
+                            // Up to two rows, the weights stream from memory: in group order.
+                            (false, 1 | 2) => in_order::<F, $C>(&w, &x),
+                            _ => by_lane::<F, $C, false>(&w, &x),
+                        }
+                    };
+                    for (k, sums) in sums.iter().enumerate().take(n) {
+                        let row0 = b[k] * LANES;
+                        let mask = ((1u32 << (p.rows - row0).min(LANES)) - 1) as u16;
+                        for (i, s) in sums.iter().enumerate().take(xs.end - c0) {
+                            // SAFETY: the unmasked lanes are outputs of row c0 + i within `p.rows`.
+                            unsafe { _mm512_mask_storeu_ps(out.add((c0 + i) * p.rows + row0), mask, *s) };
+                        }
+                    }
+                }};
+            }
+            match x.c {
+                8 => go!(8),
+                4 => go!(4),
+                2 => go!(2),
+                _ => go!(1),
+            }
+        }
+    });
+}
+
+/// Two blocks' results for `C` activation rows, groups taken lane by lane (`g ≡ l mod 16`, in
+/// group order within a lane), so that the reference's accumulator `acc[l]` lives only while
+/// its groups are added. Lanes are visited in bit-reversed order and each finished one is folded
+/// into the pending partial sums of the `hsum16` tree (a binary counter: position `i` closes as
+/// many pairs as `i + 1` has trailing zeros), which performs the tree's additions in its
+/// association. (Sixteen accumulators per block and row in memory, zeroed for every chunk, cost
+/// more than the kernel's dots at eight rows.)
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dots<const F: usize, const C: usize, const STEP: usize, const S: usize>(
-    w: [*const u8; ROW_TILE],
-    x: [*const i16; C],
-    v: usize,
-) -> [[__m512i; C]; ROW_TILE] {
-    let bits = FORMATS[F].1.bits;
-    let sb = step_bytes(bits, STEP);
-    let mut acc = [[[_mm512_setzero_si512(); S]; C]; ROW_TILE];
-    for st in 0..v / STEP {
-        // Rows unrolled by hand: as a loop, LLVM kept the accumulators on the stack.
-        macro_rules! row {
-            ($r:literal) => {
-                // SAFETY: step st of row r's chunk and of every activation row (the caller).
-                unsafe {
-                    let wv = expand::<F, STEP>(w[$r].add(st * sb));
-                    for (i, wi) in wv.iter().enumerate() {
-                        for (a, xc) in acc[$r].iter_mut().zip(&x) {
-                            dpwssd(&mut a[i % S], *wi, xc.add((st * STEP + i) * 32));
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn by_lane<const F: usize, const C: usize, const BUF: bool>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
+    use std::mem::MaybeUninit;
+    let mins = FORMATS[F].1.scales.mins();
+    // Pending tree sums per (block, row): of the values' and of the minimums' accumulators.
+    let mut tree = [[[[MaybeUninit::<__m512>::uninit(); 5]; C]; 2]; 2];
+    for i in 0..LANES {
+        let l = ((i as u32).reverse_bits() >> 28) as usize;
+        let mut acc = [[(_mm512_setzero_ps(), _mm512_setzero_ps()); C]; 2];
+        for g in (l..w.p.layout.groups).step_by(LANES) {
+            // SAFETY: group g exists; the chunk has C rows.
+            unsafe {
+                let s = w.sums::<F, C, BUF>(x, g);
+                for k in 0..2 {
+                    let sc = w.scales::<F, BUF>(k, g);
+                    for c in 0..C {
+                        acc[k][c] = Src::epilogue::<F, C>(x, g, c, s[k][c], sc, acc[k][c]);
+                    }
+                }
+            }
+        }
+        // Fold lane l in: before it, the tree holds popcount(i) pending sums.
+        let (mut n, mut top) = (i + 1, i.count_ones() as usize);
+        while n.is_multiple_of(2) {
+            top -= 1;
+            for k in 0..2 {
+                for c in 0..C {
+                    // SAFETY: slots below popcount(i) were written by earlier lanes.
+                    unsafe {
+                        acc[k][c].0 = _mm512_add_ps(tree[0][k][c][top].assume_init(), acc[k][c].0);
+                        if mins {
+                            acc[k][c].1 = _mm512_add_ps(tree[1][k][c][top].assume_init(), acc[k][c].1);
                         }
                     }
                 }
-            };
-        }
-        row!(0);
-        row!(1);
-        row!(2);
-        row!(3);
-    }
-    // (Loops, not `map`: closures would not inherit the target features, and stay calls.)
-    let mut sums = [[_mm512_setzero_si512(); C]; ROW_TILE];
-    for (sr, ar) in sums.iter_mut().zip(&acc) {
-        for (s, a) in sr.iter_mut().zip(ar) {
-            for part in a {
-                *s = _mm512_add_epi32(*s, *part);
             }
+            n /= 2;
+        }
+        for k in 0..2 {
+            for c in 0..C {
+                tree[0][k][c][top].write(acc[k][c].0);
+                tree[1][k][c][top].write(acc[k][c].1);
+            }
+        }
+    }
+    let mut sums = [[_mm512_setzero_ps(); C]; 2];
+    for k in 0..2 {
+        for c in 0..C {
+            // SAFETY: after sixteen lanes the tree holds one sum, in slot 0. (Without minimums
+            // theirs is +0, as the reference's sum of sixteen zeros.)
+            unsafe { sums[k][c] = _mm512_add_ps(tree[0][k][c][0].assume_init(), tree[1][k][c][0].assume_init()) };
         }
     }
     sums
 }
 
-/// `acc += Σ pairs of w · x` (`vpdpwssd`) with `x` the 32 int16 values at `p`.
+/// [`by_lane`] with groups in their order (the weights stream from memory in order, which at
+/// one or two rows is what counts), the sixteen accumulators of each block and row in memory.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn in_order<const F: usize, const C: usize>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
+    let zero = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut acc = [[[zero; LANES]; C]; 2];
+    for g in 0..w.p.layout.groups {
+        // SAFETY: group g exists; the chunk has C rows.
+        unsafe {
+            let s = w.sums::<F, C, false>(x, g);
+            for k in 0..2 {
+                let sc = w.scales::<F, false>(k, g);
+                for c in 0..C {
+                    acc[k][c][g % LANES] = Src::epilogue::<F, C>(x, g, c, s[k][c], sc, acc[k][c][g % LANES]);
+                }
+            }
+        }
+    }
+    let mut sums = [[_mm512_setzero_ps(); C]; 2];
+    for k in 0..2 {
+        for c in 0..C {
+            let a = &acc[k][c];
+            sums[k][c] = _mm512_add_ps(hsum16_lanes(|l| a[l].0), hsum16_lanes(|l| a[l].1));
+        }
+    }
+    sums
+}
+
+/// [`crate::matmul::hsum16`] of sixteen lane vectors, lane by lane: `b_l = v_l + v_{l+8}`, then
+/// `((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7))`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn hsum16_lanes(v: impl Fn(usize) -> __m512) -> __m512 {
+    let add = _mm512_add_ps;
+    let b = |l: usize| add(v(l), v(l + 8));
+    add(add(add(b(0), b(4)), add(b(2), b(6))), add(add(b(1), b(5)), add(b(3), b(7))))
+}
+
+/// `acc += Σ pairs of w · x` by `vpdpwssd` on registers.
 ///
 /// Inline assembly because LLVM, for a generic x86-64 target, splits the intrinsic into
-/// `vpmaddwd` + `vpaddd` — twice the instructions of the kernels' inner loop.
+/// `vpmaddwd` + `vpaddd`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn dpwssd(acc: &mut __m512i, w: __m512i, p: *const i16) {
-    // SAFETY: reads the 64 bytes at p (the caller's activation vector); no other effect.
+fn dpwssd(acc: &mut __m512i, w: __m512i, x: __m512i) {
+    // SAFETY: register-only arithmetic.
     unsafe {
-        std::arch::asm!("vpdpwssd {a}, {w}, zmmword ptr [{p}]", a = inout(zmm_reg) *acc, w = in(zmm_reg) w,
-            p = in(reg) p, options(pure, readonly, nostack, preserves_flags));
+        std::arch::asm!("vpdpwssd {a}, {w}, {x}", a = inout(zmm_reg) *acc, w = in(zmm_reg) w, x = in(zmm_reg) x,
+            options(pure, nomem, nostack, preserves_flags));
     }
 }
 
@@ -345,185 +526,4 @@ fn add_masked(v: &mut __m512i, k: __mmask32, c: __m512i) {
         std::arch::asm!("vpaddw {v}{{{k}}}, {v}, {c}", v = inout(zmm_reg) *v, k = in(kreg) k, c = in(zmm_reg) c,
             options(pure, nomem, nostack, preserves_flags));
     }
-}
-
-/// Mask of the first `n` (≤ 16) lanes.
-#[inline]
-fn lanes(n: usize) -> __mmask16 {
-    ((1u32 << n) - 1) as __mmask16
-}
-
-/// `(vscale, mcoef)` of a chunk's groups from its header, zero beyond `hg` groups.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-pub(crate) unsafe fn scales<const F: usize>(hdr: *const u8, hg: usize) -> (__m512, __m512) {
-    let k = lanes(hg);
-    let h16 = |p: *const u8| unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p as *const i16)) };
-    // SAFETY: the header holds these fields (`header_bytes`); masked loads read no further.
-    unsafe {
-        match FORMATS[F].1.scales {
-            Scales::PerGroup { mins } => {
-                let mc = if mins { h16(hdr.add(2 * hg)) } else { _mm512_setzero_ps() };
-                (h16(hdr), mc)
-            }
-            Scales::Super { per_sb, signed, mins } => {
-                let nsb = hg.div_ceil(per_sb);
-                let ints = hg * (1 + mins as usize);
-                let int_lanes = |p: *const u8| {
-                    let b = _mm_maskz_loadu_epi8(k, p as *const i8);
-                    _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(b) } else { _mm512_cvtepu8_epi32(b) })
-                };
-                // Lane l takes its super-block's d: l / per_sb.
-                let sb_of_lane = if per_sb == 8 {
-                    _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
-                } else {
-                    _mm512_setzero_si512()
-                };
-                let per_sb_f16 = |p: *const u8| {
-                    let d = _mm_cvtph_ps(_mm_maskz_loadu_epi16(lanes(nsb) as __mmask8, p as *const i16));
-                    _mm512_permutexvar_ps(sb_of_lane, _mm512_castps128_ps512(d))
-                };
-                let vs = _mm512_mul_ps(per_sb_f16(hdr.add(ints)), int_lanes(hdr));
-                let mc = if mins {
-                    let m = _mm512_mul_ps(per_sb_f16(hdr.add(ints + 2 * nsb)), int_lanes(hdr.add(hg)));
-                    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32(i32::MIN)))
-                } else {
-                    _mm512_setzero_ps()
-                };
-                (vs, mc)
-            }
-        }
-    }
-}
-
-/// Adds each group's `S` adjacent lanes and moves group `g`'s sum to lane `g`.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn gather_groups<const S: usize>(v: __m512i) -> __m512i {
-    let mut v = v;
-    if S >= 2 {
-        v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b10_11_00_01>(v));
-    }
-    if S >= 4 {
-        v = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b01_00_11_10>(v));
-    }
-    if S >= 8 {
-        v = _mm512_add_epi32(v, _mm512_shuffle_i32x4::<0b10_11_00_01>(v, v));
-    }
-    let idx = match S {
-        2 => _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0),
-        4 => _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-        _ => _mm512_setr_epi32(0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-    };
-    _mm512_permutexvar_epi32(idx, v)
-}
-
-/// [`crate::matmul::hsum16`] of a vector.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn hsum16(v: __m512) -> f32 {
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-    x86_hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
-}
-
-/// One chunk's groups of one (weight row, activation row) into the accumulator (group `g` in
-/// lane `g mod 16`). `biased`: the integer sums are of stored values `u = q + bias`, so
-/// `bias · Σ x` is taken off (exactly, in integers). The minimums' term is [`epilogue_mins`].
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(crate) unsafe fn epilogue<const F: usize>(
-    ch: &Chunk,
-    isum: __m512i,
-    vs: __m512,
-    x: &XRow,
-    biased: bool,
-    acc: &mut __m512,
-) {
-    let f = FORMATS[F].1;
-    let (k, g) = window(ch);
-    let mut isum = place(ch, isum);
-    if biased && f.bias != 0 {
-        // SAFETY: the activation row has an integer sum per group; the masked load reads only
-        // this chunk's groups.
-        let xs = unsafe { _mm512_maskz_loadu_epi32(k, x.isum.add(g)) };
-        let shift = _mm_cvtsi32_si128(f.bias.trailing_zeros() as i32);
-        isum = _mm512_sub_epi32(isum, _mm512_sll_epi32(xs, shift));
-    }
-    // SAFETY: as vouched by the caller.
-    unsafe { epilogue_placed(ch, _mm512_cvtepi32_ps(isum), vs, x, acc) }
-}
-
-/// [`epilogue`] of group sums already in their lanes, as floats ([`place`], [`place_x16`]).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(crate) unsafe fn epilogue_placed(ch: &Chunk, fsum: __m512, vs: __m512, x: &XRow, acc: &mut __m512) {
-    let (k, g) = window(ch);
-    let vs = if ch.g0.is_multiple_of(LANES) { vs } else { _mm512_maskz_expand_ps(k, vs) };
-    // SAFETY: the activation row has a scale per group; the masked load reads only this chunk's
-    // groups.
-    let scl = _mm512_mul_ps(vs, unsafe { _mm512_maskz_loadu_ps(k, x.dx.add(g)) });
-    // Masked: lanes outside the chunk's groups keep their accumulators exactly.
-    *acc = _mm512_mask3_fmadd_ps(fsum, scl, *acc, k);
-}
-
-/// A chunk's integer lanes as group sums in their accumulator lanes ([`window`]).
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn place(ch: &Chunk, isum: __m512i) -> __m512i {
-    let isum = match ch.s {
-        1 => isum,
-        2 => gather_groups::<2>(isum),
-        4 => gather_groups::<4>(isum),
-        _ => gather_groups::<8>(isum),
-    };
-    if ch.g0.is_multiple_of(LANES) { isum } else { _mm512_maskz_expand_epi32(window(ch).0, isum) }
-}
-
-/// [`place`] of sixteen (row, activation) pairs' integer lanes of a tail chunk (`S` = `s` = 2,
-/// 4 or 8 lanes a group), as floats: the lanes are added by a transposing reduction over all sixteen
-/// (each step adds adjacent lanes of two vectors into one), so the additions and the
-/// conversion are shared; one permutation a pair then moves its sums to their lanes. Integer
-/// sums: any association is exact.
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) fn place_x16<const S: usize>(ch: &Chunk, mut v: [__m512i; 16]) -> [__m512; 16] {
-    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    // After log2(S) steps, pair p's 16 / S group sums are lanes (p % S)·(16 / S) + j of v[p / S].
-    let mut n = 16;
-    while n > 16 / S {
-        n /= 2;
-        for i in 0..n {
-            let (a, b) = (v[2 * i], v[2 * i + 1]);
-            v[i] = _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
-        }
-    }
-    let z: [__m512; 16] = std::array::from_fn(|i| if i < n { _mm512_cvtepi32_ps(v[i]) } else { _mm512_setzero_ps() });
-    // Lane off + j takes sum j (the other lanes are masked off by the epilogue).
-    let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let off = (ch.g0 % LANES) as i32;
-    let idx: [__m512i; S] =
-        std::array::from_fn(|q| _mm512_add_epi32(iota, _mm512_set1_epi32((q * 16 / S) as i32 - off)));
-    std::array::from_fn(|p| _mm512_permutexvar_ps(idx[p % S], z[p / S]))
-}
-
-/// One chunk's minimums term of one (weight row, activation row): `mcoef · Σ x` per group, into
-/// its own accumulator (so it needs no integer sums and can run apart from the dots).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(crate) unsafe fn epilogue_mins(ch: &Chunk, mc: __m512, x: &XRow, accm: &mut __m512) {
-    let (k, g) = window(ch);
-    let mc = if ch.g0.is_multiple_of(LANES) { mc } else { _mm512_maskz_expand_ps(k, mc) };
-    // SAFETY: the activation row has a scaled sum per group; the masked load reads only this
-    // chunk's groups.
-    unsafe { *accm = _mm512_mask3_fmadd_ps(mc, _mm512_maskz_loadu_ps(k, x.dsum.add(g)), *accm, k) };
-}
-
-/// A chunk's accumulator lanes and the first group of their 16-group window. Group `g0 + l`
-/// belongs in lane `(g0 + l) mod 16`: a tail piece after an 8-group one starts at lane 8, so its
-/// lanes move up (and the activation's per-group values are read from the window holding them).
-#[inline]
-fn window(ch: &Chunk) -> (__mmask16, usize) {
-    let off = ch.g0 % LANES;
-    (lanes(ch.groups) << off, ch.g0 - off)
 }

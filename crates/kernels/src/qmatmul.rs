@@ -9,10 +9,10 @@
 //! - with minimums: `accm[g mod 16] = fma(mcoef_g, (dx·Σq_x)_g, accm[g mod 16])`;
 //!
 //! and the result is `hsum16(acc) + hsum16(accm)` with the fixed horizontal sum
-//! ([`crate::matmul::hsum16`]). Sixteen consecutive groups in sixteen lanes let the AVX-512
-//! tier finish a chunk of sixteen groups with one convert, one multiply and one fused
-//! multiply-add; the AVX2 tier keeps two 8-lane accumulators and alternates octets between
-//! them. The scalar tier computes exactly this, so every tier is bit-identical to it.
+//! ([`crate::matmul::hsum16`]). The AVX2 tier keeps two 8-lane accumulators and alternates
+//! octets between them; the AVX-512 tier ([`crate::packed`]) puts sixteen weight rows in
+//! sixteen lanes, so each `acc[l]` becomes a vector of rows and `hsum16` vector additions. The
+//! scalar tier computes exactly this, so every tier is bit-identical to it.
 
 use crate::isa::Tier;
 use crate::matmul::{SyncPtr, hsum16};
