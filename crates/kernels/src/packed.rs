@@ -17,11 +17,11 @@
 //!
 //! Blocks are dealt to four *bands*: tile `t` is blocks `t`, `t + n`, `t + 2n`, `t + 3n`, and
 //! tasks take runs of tiles' halves (two blocks computed together, [`Packed::unit`]), so a task
-//! reads four sequential streams
-//! (DRAM here delivers ~28 GB/s to two threads reading four or more streams each, ~16 GB/s to
-//! one stream per thread).
+//! reads four sequential streams (DRAM here delivers ~28 GB/s to two threads reading four or
+//! more streams each, ~16 GB/s to one stream per thread).
 
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
+use crate::qpanel::group_of;
 #[cfg(target_arch = "x86_64")]
 use crate::quant_act::QuantizedActs;
 use crate::weight::Weight;
@@ -40,8 +40,6 @@ pub struct Format {
     pub bits: u8,
     /// `u = q + bias` is stored (a power of two, or 0).
     pub bias: i16,
-    /// Values per scale group.
-    pub group: usize,
     pub scales: Scales,
 }
 
@@ -66,20 +64,20 @@ impl Scales {
 pub const FORMATS: [(GgmlType, Format); 10] = {
     use GgmlType::*;
     use Scales::*;
-    const fn f(bits: u8, bias: i16, group: usize, scales: Scales) -> Format {
-        Format { bits, bias, group, scales }
+    const fn f(bits: u8, bias: i16, scales: Scales) -> Format {
+        Format { bits, bias, scales }
     }
     [
-        (Q4_0, f(4, 8, 32, PerGroup { mins: false })),
-        (Q4_1, f(4, 0, 32, PerGroup { mins: true })),
-        (Q5_0, f(5, 16, 32, PerGroup { mins: false })),
-        (Q5_1, f(5, 0, 32, PerGroup { mins: true })),
-        (Q8_0, f(8, 0, 32, PerGroup { mins: false })),
-        (Q2K, f(2, 0, 16, Super { per_sb: 16, signed: false, mins: true })),
-        (Q3K, f(3, 4, 16, Super { per_sb: 16, signed: true, mins: false })),
-        (Q4K, f(4, 0, 32, Super { per_sb: 8, signed: false, mins: true })),
-        (Q5K, f(5, 0, 32, Super { per_sb: 8, signed: false, mins: true })),
-        (Q6K, f(6, 32, 16, Super { per_sb: 16, signed: true, mins: false })),
+        (Q4_0, f(4, 8, PerGroup { mins: false })),
+        (Q4_1, f(4, 0, PerGroup { mins: true })),
+        (Q5_0, f(5, 16, PerGroup { mins: false })),
+        (Q5_1, f(5, 0, PerGroup { mins: true })),
+        (Q8_0, f(8, 0, PerGroup { mins: false })),
+        (Q2K, f(2, 0, Super { per_sb: 16, signed: false, mins: true })),
+        (Q3K, f(3, 4, Super { per_sb: 16, signed: true, mins: false })),
+        (Q4K, f(4, 0, Super { per_sb: 8, signed: false, mins: true })),
+        (Q5K, f(5, 0, Super { per_sb: 8, signed: false, mins: true })),
+        (Q6K, f(6, 32, Super { per_sb: 16, signed: true, mins: false })),
     ]
 };
 
@@ -101,7 +99,8 @@ pub const fn step_bytes(bits: u8) -> usize {
 ///   header their integer scales (then minimums), a byte each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub k: usize,
+    /// Values per scale group ([`group_of`]), and groups per row.
+    pub group: usize,
     pub groups: usize,
     /// Groups per super-block, and the bytes of its header (0 for per-group scales).
     pub per_sb: usize,
@@ -113,18 +112,20 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(f: Format, k: usize) -> Layout {
-        assert!(k.is_multiple_of(f.group) && (f.group / 2).is_multiple_of(STEP));
-        let groups = k / f.group;
+    pub fn new(ty: GgmlType, k: usize) -> Layout {
+        let f = FORMATS[format_index(ty).expect("a packed format")].1;
+        let group = group_of(ty);
+        assert!(k.is_multiple_of(group) && (group / 2).is_multiple_of(STEP));
+        let groups = k / group;
         let fields = 1 + f.scales.mins() as usize;
         let (per_sb, sb_bytes, header_bytes) = match f.scales {
             Scales::PerGroup { .. } => (1, 0, 2 * LANES * fields),
             Scales::Super { per_sb, .. } => (per_sb, 2 * LANES * fields, LANES * fields),
         };
         assert!(groups.is_multiple_of(per_sb), "k = {k} is not whole super-blocks");
-        let group_bytes = header_bytes + f.group / 2 / STEP * step_bytes(f.bits);
+        let group_bytes = header_bytes + group / 2 / STEP * step_bytes(f.bits);
         let block_bytes = groups / per_sb * sb_bytes + groups * group_bytes;
-        Layout { k, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes }
+        Layout { group, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes }
     }
 
     /// Offset in a block of the header of group `g`'s super-block.
@@ -231,12 +232,12 @@ impl Packed {
     pub fn pack(w: &Weight) -> Option<Packed> {
         let index = format_index(w.ty)?;
         let format = FORMATS[index].1;
-        let layout = Layout::new(format, w.cols);
+        let layout = Layout::new(w.ty, w.cols);
         let bb = layout.block_bytes;
-        let mut data = Aligned::default();
-        let blocks = w.rows.div_ceil(LANES);
-        let out = SendPtr(data.reset(blocks * bb).as_mut_ptr());
         let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, layout, data: Aligned::default() };
+        let blocks = p.blocks();
+        let mut data = Aligned::default();
+        let out = SendPtr(data.reset(blocks * bb).as_mut_ptr());
         const BLOCKS_PER_TASK: usize = 4;
         crate::pool::global().run(blocks.div_ceil(BLOCKS_PER_TASK), &|task| {
             let mut scratch = Scratch::default();
@@ -257,7 +258,7 @@ impl Packed {
         // Values as the panel has them (the SIMD unpacker, bit-identical to the reference).
         let rb = w.row_bytes();
         s.panel.unpack(crate::isa::tier(), w.ty, &w.bytes()[r0 * rb..(r0 + n) * rb], n, k);
-        let gpb = w.ty.block_size() / f.group;
+        let gpb = w.ty.block_size() / l.group;
         s.fields.resize(n * l.groups, GroupScale::default());
         for r in 0..n {
             for (i, blk) in w.row(r0 + r).chunks_exact(w.ty.type_size()).enumerate() {
@@ -302,7 +303,7 @@ impl Packed {
             for (st, out) in steps.chunks_exact_mut(step_bytes(f.bits)).enumerate() {
                 vv.fill(0);
                 for (e, v) in vv.chunks_exact_mut(32).enumerate() {
-                    let at = g * f.group + 2 * (STEP * st + e);
+                    let at = g * l.group + 2 * (STEP * st + e);
                     for r in 0..n {
                         let q = &s.panel.q[r * k + at..r * k + at + 2];
                         v[2 * r] = q[0] + f.bias;
@@ -358,14 +359,18 @@ impl ActChunks {
     pub fn build(&mut self, a: &QuantizedActs) {
         let (m, k) = (a.m, a.k);
         (self.m, self.k) = (m, k);
-        let padded = m / ACT_ROWS * ACT_ROWS + (m % ACT_ROWS).next_power_of_two() * (m % ACT_ROWS).min(1);
+        // Through the last chunk, padded.
+        let padded = m.checked_sub(1).map_or(0, |last| {
+            let r0 = last / ACT_ROWS * ACT_ROWS;
+            r0 + Self::rows(m, r0)
+        });
         self.q.resize(padded * k / 2, 0);
         let src = [(&a.d, &a.dsum32, k / 32), (&a.d16, &a.dsum16, k / 16)];
         for ((d, dsum), (sd, sdsum, per)) in self.d.iter_mut().zip(&mut self.dsum).zip(src) {
             d.resize(padded * per, 0.0);
             dsum.resize(padded * per, 0.0);
             for r0 in (0..m).step_by(ACT_ROWS) {
-                let c = (m - r0).min(ACT_ROWS).next_power_of_two();
+                let c = Self::rows(m, r0);
                 for i in 0..c {
                     let real = r0 + i < m;
                     for g in 0..per {
@@ -378,7 +383,7 @@ impl ActChunks {
             }
         }
         for r0 in (0..m).step_by(ACT_ROWS) {
-            let c = self.rows(r0);
+            let c = Self::rows(m, r0);
             let q = &mut self.q[r0 * k / 2..(r0 + c) * k / 2];
             let rows = &a.q[r0 * k..(r0 + c).min(m) * k];
             if c == ACT_ROWS && r0 + c <= m {
@@ -398,9 +403,9 @@ impl ActChunks {
         }
     }
 
-    /// Rows in the chunk starting at row `r0` (a multiple of [`ACT_ROWS`]).
-    fn rows(&self, r0: usize) -> usize {
-        (self.m - r0).min(ACT_ROWS).next_power_of_two()
+    /// Rows in the chunk starting at row `r0` (a multiple of [`ACT_ROWS`]) of `m`.
+    fn rows(m: usize, r0: usize) -> usize {
+        (m - r0).min(ACT_ROWS).next_power_of_two()
     }
 
     /// The chunk starting at row `r0`, for weight groups of `group` values.
@@ -408,7 +413,7 @@ impl ActChunks {
         let j = (group == 16) as usize;
         let per = self.k / group;
         ActChunk {
-            c: self.rows(r0),
+            c: Self::rows(self.m, r0),
             q: self.q[r0 * self.k / 2..].as_ptr(),
             d: self.d[j][r0 * per..].as_ptr(),
             dsum: self.dsum[j][r0 * per..].as_ptr(),
@@ -461,8 +466,8 @@ thread_local! {
 }
 
 /// A task's units against all activation rows, in blocks of activation rows that stay in L2
-/// while every unit's weights (in L1) are dotted with them. The next tile's blocks of the same
-/// bands are fetched meanwhile, on the first pass over the weights.
+/// while every unit's weights (in L1) are dotted with them. The next unit's blocks (the other
+/// two bands) are fetched meanwhile, on the first pass over the weights: four streams in flight.
 #[cfg(target_arch = "x86_64")]
 fn run_task(p: &Packed, a: &ActChunks, units: std::ops::Range<usize>, out: crate::matmul::SyncPtr) {
     const ACT_BLOCK: usize = 64;
@@ -728,9 +733,9 @@ mod tests {
     /// Groups and super-block headers tile a block exactly, in order.
     #[test]
     fn layouts_cover_each_block_exactly() {
-        for (ty, f) in FORMATS {
+        for (ty, _) in FORMATS {
             for k in ks(ty) {
-                let l = Layout::new(f, k);
+                let l = Layout::new(ty, k);
                 let mut at = 0;
                 for g in 0..l.groups {
                     if g % l.per_sb == 0 {

@@ -5,13 +5,14 @@
 //!
 //! The float epilogue is the reduction of [`crate::qmatmul`] with rows in lanes: per group,
 //! `acc[g mod 16] = fma(isum, vscale·dx, acc[g mod 16])` (and the minimums' own accumulators),
-//! where `acc[l]` is a vector of the sixteen rows, kept in L1; the final `hsum16` over `l` is
-//! vector additions in its association. So results have the scalar tier's bits whatever the
+//! where `acc[l]` is a vector of the sixteen rows; the final `hsum16` over `l` is vector
+//! additions in its association. So results have the scalar tier's bits whatever the
 //! batch, block or thread.
 
 #![cfg(target_arch = "x86_64")]
 
 use crate::packed::{ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, step_bytes};
+use crate::qpanel::group_of;
 use std::arch::x86_64::*;
 
 /// `$body` with `$F` bound, as a constant, to the format index `$index` ([`FORMATS`]): the
@@ -111,7 +112,7 @@ thread_local! {
 /// Widens blocks `b` of `p` into `e`, fetching blocks `ahead` meanwhile.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], ahead: Option<[usize; 2]>, e: &mut Expanded) {
-    let (groups, steps) = (p.layout.groups, FORMATS[F].1.group / 2 / STEP);
+    let (groups, steps) = (p.layout.groups, group_of(FORMATS[F].0) / 2 / STEP);
     (e.groups, e.steps) = (groups, steps);
     e.vals.resize(2 * groups * steps * STEP, _mm512_setzero_si512());
     e.scales.resize(2 * groups, (_mm512_setzero_ps(), _mm512_setzero_ps()));
@@ -177,7 +178,7 @@ impl Src<'_> {
         x: &ActChunk,
         g: usize,
     ) -> [[__m512i; C]; 2] {
-        let group = FORMATS[F].1.group;
+        let group = group_of(FORMATS[F].0);
         let mut s = [[_mm512_setzero_si512(); C]; 2];
         // SAFETY: the chunk has the group's pairs of its C rows.
         let xg = unsafe { x.q.add(group / 2 * g * C) };
@@ -300,7 +301,7 @@ unsafe fn block_rows_f<const F: usize>(
         }
         let w = Src { p, b, ahead, e };
         for c0 in xs.clone().step_by(ACT_ROWS) {
-            let x = a.chunk(c0, FORMATS[F].1.group);
+            let x = a.chunk(c0, group_of(FORMATS[F].0));
             macro_rules! go {
                 ($C:literal) => {{
                     // SAFETY: blocks b and their groups exist; the chunk has C rows.

@@ -24,7 +24,7 @@ pub struct Panel {
 }
 
 /// Group size of a quantized format in the panel.
-pub fn group_of(ty: GgmlType) -> usize {
+pub const fn group_of(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q6K => 16,
         _ => 32,
