@@ -22,7 +22,9 @@ fn main() {
     let ws: Vec<_> = (0..count).map(|s| testing::quantize_random(ty, rows, cols, s as u64).for_matmul()).collect();
     let x = testing::rand_vec(m * cols, 7);
     let mut out = vec![0f32; m * rows];
-    let mut times: Vec<f64> = (0..11)
+    // GEMV_PASSES: more passes make the fastest one steadier on a noisy machine.
+    let passes: usize = std::env::var("GEMV_PASSES").ok().and_then(|v| v.parse().ok()).unwrap_or(11);
+    let mut times: Vec<f64> = (0..passes)
         .map(|_| {
             let t0 = Instant::now();
             for w in &ws {
@@ -35,7 +37,7 @@ fn main() {
     let best = times[times.len() / 2]; // the median pass
     let bytes = (one * count) as f64;
     println!(
-        "{} {rows}x{cols} m={m}, {threads} threads: {:.1} GB/s of weights, {:.1} us per matrix (median of 11 passes; \
+        "{} {rows}x{cols} m={m}, {threads} threads: {:.1} GB/s of weights, {:.1} us per matrix (median of {passes} passes; \
          fastest {:.1} us)",
         ty.name(),
         bytes / best / 1e9,

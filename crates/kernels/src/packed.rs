@@ -102,13 +102,17 @@ pub struct Layout {
     /// Values per scale group ([`group_of`]), and groups per row.
     pub group: usize,
     pub groups: usize,
-    /// Groups per super-block, and the bytes of its header (0 for per-group scales).
+    /// Groups per super-block (a power of two), and the bytes of its header (0 for per-group
+    /// scales).
     pub per_sb: usize,
     pub sb_bytes: usize,
     /// Bytes of a group's header, and of the whole group (header and steps).
     pub header_bytes: usize,
     pub group_bytes: usize,
     pub block_bytes: usize,
+    /// A block's bytes per group, rounded up: what a kernel fetches of the next block per
+    /// group it computes.
+    pub fetch_share: usize,
 }
 
 impl Layout {
@@ -122,20 +126,22 @@ impl Layout {
             Scales::PerGroup { .. } => (1, 0, 2 * LANES * fields),
             Scales::Super { per_sb, .. } => (per_sb, 2 * LANES * fields, LANES * fields),
         };
-        assert!(groups.is_multiple_of(per_sb), "k = {k} is not whole super-blocks");
+        assert!(groups.is_multiple_of(per_sb) && per_sb.is_power_of_two(), "k = {k} is not whole super-blocks");
         let group_bytes = header_bytes + group / 2 / STEP * step_bytes(f.bits);
         let block_bytes = groups / per_sb * sb_bytes + groups * group_bytes;
-        Layout { group, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes }
+        let fetch_share = block_bytes.div_ceil(groups);
+        Layout { group, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes, fetch_share }
     }
 
     /// Offset in a block of the header of group `g`'s super-block.
     pub fn sb_at(&self, g: usize) -> usize {
-        g / self.per_sb * (self.sb_bytes + self.per_sb * self.group_bytes)
+        // A shift, not a division: kernels ask for every group of every block.
+        (g >> self.per_sb.trailing_zeros()) * (self.sb_bytes + self.per_sb * self.group_bytes)
     }
 
     /// Offset in a block of group `g` (its header, then its steps).
     pub fn group_at(&self, g: usize) -> usize {
-        self.sb_at(g) + self.sb_bytes + g % self.per_sb * self.group_bytes
+        self.sb_at(g) + self.sb_bytes + (g & (self.per_sb - 1)) * self.group_bytes
     }
 }
 

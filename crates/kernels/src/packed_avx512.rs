@@ -59,8 +59,9 @@ unsafe fn step<const F: usize>(p: &Packed, b: usize, g: usize, st: usize) -> [__
 unsafe fn group_scales<const F: usize>(p: &Packed, b: usize, g: usize, ahead: Option<usize>) -> (__m512, __m512) {
     let l = &p.layout;
     if let Some(a) = ahead {
-        let (from, to) = (g * l.block_bytes / l.groups, (g + 1) * l.block_bytes / l.groups);
-        crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), to - from);
+        // (Divisions here cost as much as a group's dots at one row.)
+        let from = (g * l.fetch_share).min(l.block_bytes);
+        crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), l.fetch_share.min(l.block_bytes - from));
     }
     // SAFETY: group g's headers are within the block.
     unsafe { scales::<F>(p.block(b).as_ptr(), l, g) }
@@ -109,9 +110,9 @@ thread_local! {
     static EXPANDED: std::cell::RefCell<Expanded> = Default::default();
 }
 
-/// Widens blocks `b` of `p` into `e`, fetching blocks `ahead` meanwhile.
+/// Widens blocks `b` of `p` into `e`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], ahead: Option<[usize; 2]>, e: &mut Expanded) {
+unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], e: &mut Expanded) {
     let (groups, steps) = (p.layout.groups, group_of(FORMATS[F].0) / 2 / STEP);
     (e.groups, e.steps) = (groups, steps);
     e.vals.resize(2 * groups * steps * STEP, _mm512_setzero_si512());
@@ -121,7 +122,7 @@ unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], ahead: Option
         for g in 0..groups {
             // SAFETY: blocks b and group g exist (the caller; `groups` from the layout).
             unsafe {
-                e.scales[k * groups + g] = group_scales::<F>(p, b[k], g, ahead.map(|a| a[k]));
+                e.scales[k * groups + g] = group_scales::<F>(p, b[k], g, None);
                 for st in 0..steps {
                     for v in step::<F>(p, b[k], g, st) {
                         e.vals[at] = v;
@@ -141,6 +142,9 @@ struct Src<'a> {
     b: [usize; 2],
     ahead: Option<[usize; 2]>,
     e: &'a Expanded,
+    /// With `BUF`: where this chunk's pass starts fetching blocks `ahead`, and the bytes it
+    /// fetches per group (the blocks' bytes spread over all passes).
+    fetch: (usize, usize),
 }
 
 impl Src<'_> {
@@ -155,6 +159,20 @@ impl Src<'_> {
         }
         // SAFETY: block b[k] and its group g exist (the caller).
         unsafe { step::<F>(self.p, self.b[k], g, st) }
+    }
+
+    /// With `BUF`, the `j`th group visited in this pass fetches its share of blocks `ahead`:
+    /// spread over all passes, the fetches overlap the dots (issued as a burst while widening,
+    /// they stalled on the line fill buffers).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn fetch_share(&self, j: usize) {
+        let Some(ahead) = self.ahead else { return };
+        let (bytes, (start, share)) = (self.p.layout.block_bytes, self.fetch);
+        let from = (start + j * share).min(bytes);
+        for a in ahead {
+            crate::matmul::x86::prefetch_lines(self.p.block(a)[from..].as_ptr(), share.min(bytes - from));
+        }
     }
 
     /// Group `g`'s `(vscale, mcoef)` of block `k`.
@@ -266,8 +284,9 @@ pub unsafe fn transpose8(src: &[i16], pairs: usize, dst: &mut [u32]) {
 /// Blocks `b` of `p` (the first `n` of them real) against activation rows `xs` of `a` (from a
 /// multiple of [`ACT_ROWS`]), a chunk at a time: output row `i` gets block `b[k]`'s sixteen
 /// values at `out + i · p.rows + 16 · b[k]`, those at or past `p.rows` left alone. With one
-/// chunk the weights are widened in registers, blocks `ahead` fetched meanwhile; with more,
-/// widened once into a buffer (re-widening them per chunk cost up to a quarter more time).
+/// chunk the weights are widened in registers; with more, widened once into a buffer
+/// (re-widening them per chunk cost up to a quarter more time). Blocks `ahead` are fetched a
+/// share per group computed, over all chunks.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/VNNI; no other thread writes these outputs.
@@ -297,10 +316,12 @@ unsafe fn block_rows_f<const F: usize>(
     EXPANDED.with_borrow_mut(|e| {
         if buffered {
             // SAFETY: blocks b exist (the caller).
-            unsafe { expand_blocks::<F>(p, b, ahead, e) };
+            unsafe { expand_blocks::<F>(p, b, e) };
         }
-        let w = Src { p, b, ahead, e };
-        for c0 in xs.clone().step_by(ACT_ROWS) {
+        let l = &p.layout;
+        let share = l.block_bytes.div_ceil(xs.len().div_ceil(ACT_ROWS) * l.groups);
+        for (pass, c0) in xs.clone().step_by(ACT_ROWS).enumerate() {
+            let w = Src { p, b, ahead, e, fetch: (pass * l.groups * share, share) };
             let x = a.chunk(c0, group_of(FORMATS[F].0));
             macro_rules! go {
                 ($C:literal) => {{
@@ -353,6 +374,9 @@ unsafe fn by_lane<const F: usize, const C: usize, const BUF: bool>(w: &Src, x: &
         for g in (l..w.p.layout.groups).step_by(LANES) {
             // SAFETY: group g exists; the chunk has C rows.
             unsafe {
+                if BUF {
+                    w.fetch_share(g);
+                }
                 let s = w.sums::<F, C, BUF>(x, g);
                 for k in 0..2 {
                     let sc = w.scales::<F, BUF>(k, g);
