@@ -118,13 +118,13 @@ unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], e: &mut Expan
     e.vals.resize(2 * groups * steps * STEP, _mm512_setzero_si512());
     e.scales.resize(2 * groups, (_mm512_setzero_ps(), _mm512_setzero_ps()));
     let mut at = 0;
-    for k in 0..2 {
+    for (k, &bk) in b.iter().enumerate() {
         for g in 0..groups {
             // SAFETY: blocks b and group g exist (the caller; `groups` from the layout).
             unsafe {
-                e.scales[k * groups + g] = group_scales::<F>(p, b[k], g, None);
+                e.scales[k * groups + g] = group_scales::<F>(p, bk, g, None);
                 for st in 0..steps {
-                    for v in step::<F>(p, b[k], g, st) {
+                    for v in step::<F>(p, bk, g, st) {
                         e.vals[at] = v;
                         at += 1;
                     }
