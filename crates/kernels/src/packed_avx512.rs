@@ -175,6 +175,17 @@ impl Src<'_> {
         }
     }
 
+    /// Group `g`'s `mcoef` of block `k` (nothing fetched).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn mcoef<const F: usize, const BUF: bool>(&self, k: usize, g: usize) -> __m512 {
+        if BUF {
+            return self.e.scales[k * self.e.groups + g].1;
+        }
+        // SAFETY: block b[k] and its group g exist (the caller).
+        unsafe { scales::<F>(self.p.block(self.b[k]).as_ptr(), &self.p.layout, g).1 }
+    }
+
     /// Group `g`'s `(vscale, mcoef)` of block `k`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -221,23 +232,30 @@ impl Src<'_> {
         s
     }
 
-    /// The reference's step for group `g`, block `k`, row `c`: `acc = fma(isum, vscale·dx,
-    /// acc)` and, with minimums, `accm = fma(mcoef, dsum, accm)`.
+    /// The reference's step for group `g`, row `c` of a block: `acc = fma(isum, vscale·dx, acc)`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn epilogue<const F: usize, const C: usize>(
+    unsafe fn epilogue<const C: usize>(
         x: &ActChunk,
         g: usize,
         c: usize,
         isum: __m512i,
-        (vs, mc): (__m512, __m512),
-        (acc, accm): (__m512, __m512),
-    ) -> (__m512, __m512) {
-        // SAFETY: the chunk has a scale and a scaled sum per group and row.
-        let (dx, ds) = unsafe { (*x.d.add(g * C + c), *x.dsum.add(g * C + c)) };
-        let scl = _mm512_mul_ps(vs, _mm512_set1_ps(dx));
-        let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scl, acc);
-        (acc, if FORMATS[F].1.scales.mins() { _mm512_fmadd_ps(mc, _mm512_set1_ps(ds), accm) } else { accm })
+        vs: __m512,
+        acc: __m512,
+    ) -> __m512 {
+        // SAFETY: the chunk has a scale per group and row.
+        let dx = unsafe { *x.d.add(g * C + c) };
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(vs, _mm512_set1_ps(dx)), acc)
+    }
+
+    /// The reference's minimum step for group `g`, row `c` of a block: `accm = fma(mcoef,
+    /// dsum, accm)`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn min_step<const C: usize>(x: &ActChunk, g: usize, c: usize, mc: __m512, accm: __m512) -> __m512 {
+        // SAFETY: the chunk has a scaled sum per group and row.
+        let ds = unsafe { *x.dsum.add(g * C + c) };
+        _mm512_fmadd_ps(mc, _mm512_set1_ps(ds), accm)
     }
 }
 
@@ -356,22 +374,16 @@ unsafe fn block_rows_f<const F: usize>(
 
 /// Two blocks' results for `C` activation rows, groups taken lane by lane (`g ≡ l mod 16`, in
 /// group order within a lane), so that the reference's accumulator `acc[l]` lives only while
-/// its groups are added. Lanes are visited in bit-reversed order and each finished one is folded
-/// into the pending partial sums of the `hsum16` tree (a binary counter: position `i` closes as
-/// many pairs as `i + 1` has trailing zeros), which performs the tree's additions in its
-/// association. (Sixteen accumulators per block and row in memory, zeroed for every chunk, cost
-/// more than the kernel's dots at eight rows.)
+/// its groups are added, and summed over lanes by [`lane_tree`]. (Sixteen accumulators per block
+/// and row in memory, zeroed for every chunk, cost more than the kernel's dots at eight rows.)
+/// The minimums' accumulators, which need no dots, are a second pass: in the first they spilled.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn by_lane<const F: usize, const C: usize, const BUF: bool>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
-    use std::mem::MaybeUninit;
-    let mins = FORMATS[F].1.scales.mins();
-    // Pending tree sums per (block, row): of the values' and of the minimums' accumulators.
-    let mut tree = [[[[MaybeUninit::<__m512>::uninit(); 5]; C]; 2]; 2];
-    for i in 0..LANES {
-        let l = ((i as u32).reverse_bits() >> 28) as usize;
-        let mut acc = [[(_mm512_setzero_ps(), _mm512_setzero_ps()); C]; 2];
-        for g in (l..w.p.layout.groups).step_by(LANES) {
+    let groups = w.p.layout.groups;
+    // The values' accumulators, then (apart, so that neither pass spills) the minimums'.
+    let vals = lane_tree::<C>(|l, acc| {
+        for g in (l..groups).step_by(LANES) {
             // SAFETY: group g exists; the chunk has C rows.
             unsafe {
                 if BUF {
@@ -379,46 +391,66 @@ unsafe fn by_lane<const F: usize, const C: usize, const BUF: bool>(w: &Src, x: &
                 }
                 let s = w.sums::<F, C, BUF>(x, g);
                 for k in 0..2 {
-                    let sc = w.scales::<F, BUF>(k, g);
+                    let vs = w.scales::<F, BUF>(k, g).0;
                     for c in 0..C {
-                        acc[k][c] = Src::epilogue::<F, C>(x, g, c, s[k][c], sc, acc[k][c]);
+                        acc[k][c] = Src::epilogue::<C>(x, g, c, s[k][c], vs, acc[k][c]);
                     }
                 }
             }
         }
-        // Fold lane l in: before it, the tree holds popcount(i) pending sums.
+    });
+    // (Without minimums theirs is +0, as the reference's sum of sixteen zeros.)
+    let mut mins = [[_mm512_setzero_ps(); C]; 2];
+    if FORMATS[F].1.scales.mins() {
+        mins = lane_tree::<C>(|l, acc| {
+            for g in (l..groups).step_by(LANES) {
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: as above.
+                    let mc = unsafe { w.mcoef::<F, BUF>(k, g) };
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        // SAFETY: as above.
+                        *a = unsafe { Src::min_step::<C>(x, g, c, mc, *a) };
+                    }
+                }
+            }
+        });
+    }
+    std::array::from_fn(|k| std::array::from_fn(|c| _mm512_add_ps(vals[k][c], mins[k][c])))
+}
+
+/// `hsum16` over lanes of per-lane accumulators, two blocks by `C` rows: `lane(l, acc)` adds
+/// lane `l`'s groups into `acc` (zeroed). Lanes are visited in bit-reversed order and each
+/// finished one is folded into the pending partial sums of the tree (a binary counter:
+/// position `i` closes as many pairs as `i + 1` has trailing zeros), which performs the tree's
+/// additions in its association.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn lane_tree<const C: usize>(mut lane: impl FnMut(usize, &mut [[__m512; C]; 2])) -> [[__m512; C]; 2] {
+    use std::mem::MaybeUninit;
+    let mut tree = [[[MaybeUninit::<__m512>::uninit(); 5]; C]; 2];
+    for i in 0..LANES {
+        let mut acc = [[_mm512_setzero_ps(); C]; 2];
+        lane(((i as u32).reverse_bits() >> 28) as usize, &mut acc);
+        // Before lane i, the tree holds popcount(i) pending sums.
         let (mut n, mut top) = (i + 1, i.count_ones() as usize);
         while n.is_multiple_of(2) {
             top -= 1;
             for k in 0..2 {
                 for c in 0..C {
                     // SAFETY: slots below popcount(i) were written by earlier lanes.
-                    unsafe {
-                        acc[k][c].0 = _mm512_add_ps(tree[0][k][c][top].assume_init(), acc[k][c].0);
-                        if mins {
-                            acc[k][c].1 = _mm512_add_ps(tree[1][k][c][top].assume_init(), acc[k][c].1);
-                        }
-                    }
+                    acc[k][c] = _mm512_add_ps(unsafe { tree[k][c][top].assume_init() }, acc[k][c]);
                 }
             }
             n /= 2;
         }
         for k in 0..2 {
             for c in 0..C {
-                tree[0][k][c][top].write(acc[k][c].0);
-                tree[1][k][c][top].write(acc[k][c].1);
+                tree[k][c][top].write(acc[k][c]);
             }
         }
     }
-    let mut sums = [[_mm512_setzero_ps(); C]; 2];
-    for k in 0..2 {
-        for c in 0..C {
-            // SAFETY: after sixteen lanes the tree holds one sum, in slot 0. (Without minimums
-            // theirs is +0, as the reference's sum of sixteen zeros.)
-            unsafe { sums[k][c] = _mm512_add_ps(tree[0][k][c][0].assume_init(), tree[1][k][c][0].assume_init()) };
-        }
-    }
-    sums
+    // SAFETY: after sixteen lanes the tree holds one sum, in slot 0.
+    std::array::from_fn(|k| std::array::from_fn(|c| unsafe { tree[k][c][0].assume_init() }))
 }
 
 /// [`by_lane`] with groups in their order (the weights stream from memory in order, which at
@@ -435,7 +467,11 @@ unsafe fn in_order<const F: usize, const C: usize>(w: &Src, x: &ActChunk) -> [[_
             for k in 0..2 {
                 let sc = w.scales::<F, false>(k, g);
                 for c in 0..C {
-                    acc[k][c][g % LANES] = Src::epilogue::<F, C>(x, g, c, s[k][c], sc, acc[k][c][g % LANES]);
+                    let a = &mut acc[k][c][g % LANES];
+                    a.0 = Src::epilogue::<C>(x, g, c, s[k][c], sc.0, a.0);
+                    if FORMATS[F].1.scales.mins() {
+                        a.1 = Src::min_step::<C>(x, g, c, sc.1, a.1);
+                    }
                 }
             }
         }
