@@ -154,15 +154,20 @@ fn paged_attention_on(
     p: &AttentionParams,
     out: &mut [f32],
 ) {
-    // One task per (request, kv head, chunk of queries): the heads of a group share K/V reads.
+    // One task per (request, kv heads, chunk of queries): the heads of a group share K/V reads.
+    // With requests enough to keep every thread busy a task takes all kv heads, so that it
+    // reads whole cache rows (its blocks are contiguous runs, which the hardware prefetcher
+    // follows; a single head's share of each row is a strided stream that it follows less well).
     const CHUNK: usize = 16;
+    let all_heads = seqs.len() >= 4 * pool::global().n_threads();
     TASKS.with(|cell| {
         let mut tasks = cell.borrow_mut();
         tasks.clear();
         for (s, seq) in seqs.iter().enumerate() {
-            for kvh in 0..p.num_kv_heads {
+            for kvh in 0..if all_heads { 1 } else { p.num_kv_heads } {
+                let heads = if all_heads { 0..p.num_kv_heads } else { kvh..kvh + 1 };
                 for c in (0..seq.query_len).step_by(CHUNK) {
-                    tasks.push((s, kvh, c, (c + CHUNK).min(seq.query_len)));
+                    tasks.push((s, heads.clone(), c, (c + CHUNK).min(seq.query_len)));
                 }
             }
         }
@@ -176,7 +181,7 @@ fn paged_attention_on(
 }
 
 /// The task list of one call, kept per thread so decode steps do not allocate.
-type Task = (usize, usize, usize, usize);
+type Task = (usize, std::ops::Range<usize>, usize, usize);
 
 thread_local! {
     static TASKS: std::cell::RefCell<Vec<Task>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -202,13 +207,13 @@ fn run_tasks<const T: u8>(
     let esize = cache.dtype.size();
     let row_bytes = kv_row * esize;
     pool::global().run(tasks.len(), &|ti| {
-        let (s, kvh, c0, c1) = tasks[ti];
+        let (s, ref kv_heads, c0, c1) = tasks[ti];
         let seq = &seqs[s];
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             scratch.resize(seq.seq_len + hd, 0.0);
             let (scores, acc) = scratch.split_at_mut(seq.seq_len);
-            for r in c0..c1 {
+            for (kvh, r) in kv_heads.clone().flat_map(|kvh| (c0..c1).map(move |r| (kvh, r))) {
                 let pos = seq.seq_len - seq.query_len + r;
                 let first = p.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 let t = seq.query_start + r;
@@ -613,6 +618,52 @@ mod tests {
                 let same = outs.windows(2).all(|w| w[0] == w[1]);
                 assert!(same, "hd {hd} {dtype:?} {window:?}: chunking or tier changed bits");
             }
+        }
+    }
+
+    /// A batch of requests enough that each task takes all kv heads gives every request the
+    /// bits it gets decoded alone (where its tasks take one kv head each).
+    #[test]
+    fn a_request_gets_the_same_bits_in_a_large_batch_as_alone() {
+        let (heads, kvh, hd, bs) = (6, 3, 64, 4);
+        let n_seqs = 4 * pool::global().n_threads() + 1;
+        let lens: Vec<usize> = (0..n_seqs).map(|s| 1 + (s * 7) % 23).collect();
+        let blocks: Vec<usize> = lens.iter().map(|l| l.div_ceil(bs)).collect();
+        let mut cache = KvCache::new(1, blocks.iter().sum(), bs, kvh, hd, KvDtype::F32);
+        // Request s owns the blocks after those of the requests before it, in reverse order.
+        let mut tables = Vec::new();
+        let mut next = 0u32;
+        for (s, (&len, &nb)) in lens.iter().zip(&blocks).enumerate() {
+            let table: Vec<u32> = (next..next + nb as u32).rev().collect();
+            next += nb as u32;
+            let slots: Vec<usize> = (0..len).map(|p| slot_of(&table, bs, p)).collect();
+            let (k, v) = (rand_vec(len * kvh * hd, 10 + s as u64), rand_vec(len * kvh * hd, 50 + s as u64));
+            cache.write(0, &slots, &k, &v);
+            tables.push(table);
+        }
+        let params = AttentionParams {
+            num_heads: heads,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            scale: 0.125,
+            sliding_window: None,
+            softcap: None,
+        };
+        let qr = heads * hd;
+        let q = rand_vec(n_seqs * qr, 99);
+        let seq = |s: usize, start: usize| SeqAttention {
+            query_start: start,
+            query_len: 1,
+            seq_len: lens[s],
+            block_table: &tables[s],
+        };
+        let all: Vec<_> = (0..n_seqs).map(|s| seq(s, s)).collect();
+        let mut batched = vec![0f32; n_seqs * qr];
+        paged_attention(&q, &cache.layers[0], bs, &all, &params, &mut batched);
+        for s in 0..n_seqs {
+            let mut alone = vec![0f32; qr];
+            paged_attention(&q[s * qr..(s + 1) * qr], &cache.layers[0], bs, &[seq(s, 0)], &params, &mut alone);
+            assert_eq!(alone, batched[s * qr..(s + 1) * qr], "request {s}");
         }
     }
 }
