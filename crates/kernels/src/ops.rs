@@ -29,11 +29,39 @@ pub fn inv_rms(x: &[f32], eps: f32) -> f32 {
     1.0 / (s / x.len() as f32 + eps).sqrt()
 }
 
+/// Values from which a row-wise op runs on the pool's threads, split by rows (below this a job's
+/// start and join cost about what splitting saves).
+const PARALLEL_VALUES: usize = 4096;
+
+/// Rows of `dim` values making at least [`PARALLEL_VALUES`].
+fn min_rows(dim: usize) -> usize {
+    PARALLEL_VALUES.div_ceil(dim.max(1))
+}
+
 /// RMSNorm of every `dim`-sized row of `x` in place.
 pub fn rms_norm_rows(x: &mut [f32], dim: usize, w: &[f32], eps: f32, offset: f32) {
-    for row in x.chunks_exact_mut(dim) {
-        rms_norm(row, w, eps, offset);
-    }
+    crate::pool::rows_mut(x, dim, min_rows(dim), |_, rows| {
+        for row in rows.chunks_exact_mut(dim) {
+            rms_norm(row, w, eps, offset);
+        }
+    });
+}
+
+/// `h += y`, then `x` = RMSNorm of each `dim`-sized row of `h` (the residual add and the next
+/// sub-layer's norm in one pass; the same bits as [`add_assign`], a copy and [`rms_norm_rows`]).
+pub fn add_rms_norm_rows(h: &mut [f32], y: &[f32], x: &mut Vec<f32>, dim: usize, w: &[f32], eps: f32, offset: f32) {
+    assert_eq!(h.len(), y.len());
+    x.resize(h.len(), 0.0);
+    crate::pool::rows_mut2(h, dim, x, dim, min_rows(dim), |r0, hs, xs| {
+        for (i, (hr, xr)) in hs.chunks_exact_mut(dim).zip(xs.chunks_exact_mut(dim)).enumerate() {
+            let yr = &y[(r0 + i) * dim..(r0 + i + 1) * dim];
+            hr.iter_mut().zip(yr).for_each(|(a, b)| *a += b);
+            let inv = inv_rms(hr, eps);
+            for ((o, v), g) in xr.iter_mut().zip(hr.iter()).zip(w) {
+                *o = (*v * inv) * (offset + g);
+            }
+        }
+    });
 }
 
 /// Rotary-embedding tables for a set of positions: `cos`/`sin` are `[positions × dim/2]`.
@@ -89,9 +117,15 @@ pub fn rope(row: &mut [f32], head_dim: usize, table: &RopeTable, t: usize, inter
     }
 }
 
-/// `gate = silu(gate) * up` (SwiGLU), with [`exp`]; the same bits on every tier.
+/// `gate = silu(gate) * up` (SwiGLU), with [`exp`]; the same bits on every tier (and split
+/// over the pool's threads in runs of 64 values, where the tiers' vector loops take them whole).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    silu_mul_on(crate::isa::tier(), gate, up)
+    assert_eq!(gate.len(), up.len());
+    let tier = crate::isa::tier();
+    if !gate.len().is_multiple_of(64) {
+        return silu_mul_on(tier, gate, up);
+    }
+    crate::pool::rows_mut(gate, 64, min_rows(64), |r0, g| silu_mul_on(tier, g, &up[64 * r0..64 * r0 + g.len()]));
 }
 
 fn silu_mul_on(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
@@ -240,9 +274,10 @@ mod x86 {
 
 /// `a += b`.
 pub fn add_assign(a: &mut [f32], b: &[f32]) {
-    for (x, y) in a.iter_mut().zip(b) {
-        *x += y;
-    }
+    assert_eq!(a.len(), b.len());
+    crate::pool::rows_mut(a, 1, PARALLEL_VALUES, |i0, a| {
+        a.iter_mut().zip(&b[i0..]).for_each(|(x, y)| *x += y);
+    });
 }
 
 #[cfg(test)]
@@ -260,6 +295,35 @@ mod tests {
         for i in 0..96 {
             let want = x[i] as f64 / (ms + 1e-6).sqrt() * (1.0 + w[i] as f64);
             assert!((y[i] as f64 - want).abs() < 1e-5, "{i}");
+        }
+    }
+
+    /// Row-wise ops split over the pool's threads for many rows: each row as it is alone.
+    #[test]
+    fn split_row_ops_give_each_row_its_own_result() {
+        let (rows, dim) = (40, 576);
+        let (h0, y, w) = (rand_vec(rows * dim, 5), rand_vec(rows * dim, 6), rand_vec(dim, 7));
+        let (mut h, mut x) = (h0.clone(), Vec::new());
+        add_rms_norm_rows(&mut h, &y, &mut x, dim, &w, 1e-5, 0.0);
+        let mut silu = h0.clone();
+        silu_mul(&mut silu, &y);
+        for r in 0..rows {
+            let at = r * dim..(r + 1) * dim;
+            let mut hr = h0[at.clone()].to_vec();
+            hr.iter_mut().zip(&y[at.clone()]).for_each(|(a, b)| *a += b);
+            assert_eq!(hr, h[at.clone()], "row {r}: the add");
+            rms_norm(&mut hr, &w, 1e-5, 0.0);
+            assert_eq!(hr, x[at.clone()], "row {r}: the norm");
+            let mut sr = h0[at.clone()].to_vec();
+            silu_mul_on(crate::isa::tier(), &mut sr, &y[at.clone()]);
+            assert_eq!(sr, silu[at], "row {r}: silu");
+        }
+        let mut normed = h0.clone();
+        rms_norm_rows(&mut normed, dim, &w, 1e-5, 1.0);
+        for (r, row) in h0.chunks_exact(dim).enumerate() {
+            let mut one = row.to_vec();
+            rms_norm(&mut one, &w, 1e-5, 1.0);
+            assert_eq!(one, normed[r * dim..(r + 1) * dim], "row {r}: rms_norm_rows");
         }
     }
 

@@ -361,8 +361,9 @@ pub const ACT_ROWS: usize = 8;
 
 #[cfg(target_arch = "x86_64")]
 impl ActChunks {
-    /// Lays out `a` (reusing the buffers).
+    /// Lays out `a` (reusing the buffers), chunks split over the pool's threads from 16.
     pub fn build(&mut self, a: &QuantizedActs) {
+        use crate::pool::Rows;
         let (m, k) = (a.m, a.k);
         (self.m, self.k) = (m, k);
         // Through the last chunk, padded.
@@ -371,42 +372,51 @@ impl ActChunks {
             r0 + Self::rows(m, r0)
         });
         self.q.resize(padded * k / 2, 0);
-        let src = [(&a.d, &a.dsum32, k / 32), (&a.d16, &a.dsum16, k / 16)];
-        for ((d, dsum), (sd, sdsum, per)) in self.d.iter_mut().zip(&mut self.dsum).zip(src) {
+        for (d, per) in self.d.iter_mut().zip([k / 32, k / 16]) {
             d.resize(padded * per, 0.0);
-            dsum.resize(padded * per, 0.0);
-            for r0 in (0..m).step_by(ACT_ROWS) {
+        }
+        for (d, per) in self.dsum.iter_mut().zip([k / 32, k / 16]) {
+            d.resize(padded * per, 0.0);
+        }
+        let q = Rows::new(&mut self.q, k / 2);
+        let [d32, d16] = &mut self.d;
+        let [s32, s16] = &mut self.dsum;
+        let scales =
+            [(Rows::new(d32, k / 32), Rows::new(s32, k / 32)), (Rows::new(d16, k / 16), Rows::new(s16, k / 16))];
+        crate::pool::split(m.div_ceil(ACT_ROWS), 2, &|chunks| {
+            for r0 in chunks.map(|c| c * ACT_ROWS) {
                 let c = Self::rows(m, r0);
-                for i in 0..c {
-                    let real = r0 + i < m;
-                    for g in 0..per {
-                        let (v, s) =
-                            if real { (sd[(r0 + i) * per + g], sdsum[(r0 + i) * per + g]) } else { (0.0, 0.0) };
-                        d[r0 * per + g * c + i] = v;
-                        dsum[r0 * per + g * c + i] = s;
+                let src = [(&a.d, &a.dsum32, k / 32), (&a.d16, &a.dsum16, k / 16)];
+                for ((d, dsum), (sd, sdsum, per)) in scales.iter().zip(src) {
+                    // SAFETY: the chunks of one `split` part are its own.
+                    let (d, dsum) = unsafe { (d.part(r0..r0 + c), dsum.part(r0..r0 + c)) };
+                    for i in 0..c {
+                        let real = r0 + i < m;
+                        for g in 0..per {
+                            let at = (r0 + i) * per + g;
+                            (d[g * c + i], dsum[g * c + i]) = if real { (sd[at], sdsum[at]) } else { (0.0, 0.0) };
+                        }
                     }
                 }
-            }
-        }
-        for r0 in (0..m).step_by(ACT_ROWS) {
-            let c = Self::rows(m, r0);
-            let q = &mut self.q[r0 * k / 2..(r0 + c) * k / 2];
-            let rows = &a.q[r0 * k..(r0 + c).min(m) * k];
-            if c == ACT_ROWS && r0 + c <= m {
-                // SAFETY: the tier was checked by the caller; eight whole rows of k values
-                // (a multiple of 32) in and out.
-                unsafe { crate::packed_avx512::transpose8(rows, k / 2, q) };
-                continue;
-            }
-            for (i, row) in rows.chunks_exact(k).enumerate() {
-                for (w, x) in q.iter_mut().skip(i).step_by(c).zip(row.chunks_exact(2)) {
-                    *w = (x[0] as u16 as u32) | ((x[1] as u16 as u32) << 16);
+                // SAFETY: as above.
+                let q = unsafe { q.part(r0..r0 + c) };
+                let rows = &a.q[r0 * k..(r0 + c).min(m) * k];
+                if c == ACT_ROWS && r0 + c <= m {
+                    // SAFETY: the tier was checked by the caller; eight whole rows of k values
+                    // (a multiple of 32) in and out.
+                    unsafe { crate::packed_avx512::transpose8(rows, k / 2, q) };
+                    continue;
+                }
+                for (i, row) in rows.chunks_exact(k).enumerate() {
+                    for (w, x) in q.iter_mut().skip(i).step_by(c).zip(row.chunks_exact(2)) {
+                        *w = (x[0] as u16 as u32) | ((x[1] as u16 as u32) << 16);
+                    }
+                }
+                for i in rows.len() / k..c {
+                    q.iter_mut().skip(i).step_by(c).for_each(|w| *w = 0);
                 }
             }
-            for i in rows.len() / k..c {
-                q.iter_mut().skip(i).step_by(c).for_each(|w| *w = 0);
-            }
-        }
+        });
     }
 
     /// Rows in the chunk starting at row `r0` (a multiple of [`ACT_ROWS`]) of `m`.

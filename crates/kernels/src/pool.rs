@@ -242,6 +242,75 @@ pub fn global() -> &'static ThreadPool {
     })
 }
 
+/// Runs `f` on the global pool over contiguous ranges covering `0..n`, one per thread but none
+/// shorter than `min` (so a small `n` runs on the caller alone, without a job's start and join).
+pub fn split(n: usize, min: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let pool = global();
+    let parts = (n / min.max(1)).clamp(1, pool.n_threads());
+    if parts == 1 {
+        return f(0..n);
+    }
+    pool.run(parts, &|t| f(t * n / parts..(t + 1) * n / parts));
+}
+
+/// [`split`] over the rows of `data` (`row` values each): `f(first_row, rows)` on each part.
+/// For row-wise ops, whose results do not depend on where the rows are split.
+pub fn rows_mut<T: Send>(data: &mut [T], row: usize, min_rows: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let rows = Rows::new(data, row);
+    split(rows.n, min_rows, &|r| {
+        // SAFETY: `split`'s ranges are disjoint.
+        f(r.start, unsafe { rows.part(r) })
+    });
+}
+
+/// [`rows_mut`] over two arrays of as many rows (`a_row` and `b_row` values each).
+pub fn rows_mut2<A: Send, B: Send>(
+    a: &mut [A],
+    a_row: usize,
+    b: &mut [B],
+    b_row: usize,
+    min_rows: usize,
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
+) {
+    let (ra, rb) = (Rows::new(a, a_row), Rows::new(b, b_row));
+    assert_eq!(ra.n, rb.n, "row counts differ");
+    split(ra.n, min_rows, &|r| {
+        // SAFETY: `split`'s ranges are disjoint.
+        f(r.start, unsafe { ra.part(r.clone()) }, unsafe { rb.part(r) })
+    });
+}
+
+/// A mutably borrowed array of `n` rows of `row` values, handed out in disjoint parts (to the
+/// tasks of [`split`], which may share it).
+pub struct Rows<'a, T> {
+    base: *mut T,
+    row: usize,
+    pub n: usize,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: parts go to one task each (the callers split disjoint ranges), so sharing the base
+// among threads hands each value to one thread.
+unsafe impl<T: Send> Sync for Rows<'_, T> {}
+
+impl<'a, T> Rows<'a, T> {
+    pub fn new(data: &'a mut [T], row: usize) -> Self {
+        assert!(row > 0 && data.len().is_multiple_of(row), "{} values are not rows of {row}", data.len());
+        Rows { base: data.as_mut_ptr(), row, n: data.len() / row, _borrow: std::marker::PhantomData }
+    }
+
+    /// Rows `r`.
+    ///
+    /// # Safety
+    /// No other part in use overlaps `r` (ranges of one [`split`] do not).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn part(&self, r: std::ops::Range<usize>) -> &mut [T] {
+        assert!(r.start <= r.end && r.end <= self.n);
+        // SAFETY: within the borrowed array (the assert); disjoint from other parts (the caller).
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(r.start * self.row), r.len() * self.row) }
+    }
+}
+
 /// Number of physical cores (SMT siblings counted once); falls back to logical CPUs.
 pub fn physical_cores() -> usize {
     let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

@@ -8,6 +8,8 @@
 //! Alongside the values each row keeps what the dot kernels' epilogues read per weight group of
 //! 32 or 16 elements: the scale (`d`, `d16`) and the scaled sum `d · Σq` (`dsum32`, `dsum16`).
 
+use crate::pool::Rows;
+
 /// Values per activation block.
 pub const QA_BLOCK: usize = 32;
 
@@ -64,50 +66,50 @@ impl QuantizedActs {
         assert_eq!(x.len(), m * k);
         self.m = m;
         self.k = k;
+        let blocks = k / QA_BLOCK;
         self.q.resize(m * k, 0);
-        self.d.resize(m * k / QA_BLOCK, 0.0);
-        self.sum16.resize(m * k / 16, 0);
-        #[cfg(target_arch = "x86_64")]
-        if matches!(crate::isa::tier(), crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
-            // SAFETY: the tier guarantees AVX2; buffer sizes were set just above.
-            unsafe { x86::quantize(x, &mut self.q, &mut self.d, &mut self.sum16) };
-            self.derive();
-            return;
-        }
-        self.quantize_scalar(x);
-        self.derive();
-    }
-
-    /// Fills the per-group epilogue inputs from `d` and `sum16`.
-    fn derive(&mut self) {
-        let blocks = self.d.len();
-        self.d16.resize(2 * blocks, 0.0);
-        self.dsum16.resize(2 * blocks, 0.0);
-        self.dsum32.resize(blocks, 0.0);
-        self.sum32.resize(blocks, 0);
-        for b in 0..blocks {
-            let (d, s0, s1) = (self.d[b], self.sum16[2 * b], self.sum16[2 * b + 1]);
-            self.d16[2 * b] = d;
-            self.d16[2 * b + 1] = d;
-            self.dsum16[2 * b] = d * s0 as f32;
-            self.dsum16[2 * b + 1] = d * s1 as f32;
-            self.dsum32[b] = d * (s0 + s1) as f32;
-            self.sum32[b] = s0 + s1;
-        }
-    }
-
-    fn quantize_scalar(&mut self, x: &[f32]) {
-        for (b, xb) in x.chunks_exact(QA_BLOCK).enumerate() {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let (d, id) = if amax > 0.0 { (amax / 32767.0, 32767.0 / amax) } else { (0.0, 0.0) };
-            self.d[b] = d;
-            let qb = &mut self.q[b * QA_BLOCK..(b + 1) * QA_BLOCK];
-            for (q, v) in qb.iter_mut().zip(xb) {
-                *q = (v * id).round_ties_even().clamp(-32767.0, 32767.0) as i16;
+        self.d.resize(m * blocks, 0.0);
+        self.sum16.resize(2 * m * blocks, 0);
+        self.d16.resize(2 * m * blocks, 0.0);
+        self.dsum16.resize(2 * m * blocks, 0.0);
+        self.dsum32.resize(m * blocks, 0.0);
+        self.sum32.resize(m * blocks, 0);
+        let simd = cfg!(target_arch = "x86_64")
+            && matches!(crate::isa::tier(), crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512);
+        let (q, d, sum16) =
+            (Rows::new(&mut self.q, k), Rows::new(&mut self.d, blocks), Rows::new(&mut self.sum16, 2 * blocks));
+        let derived = (
+            Rows::new(&mut self.d16, 2 * blocks),
+            Rows::new(&mut self.dsum16, 2 * blocks),
+            Rows::new(&mut self.dsum32, blocks),
+            Rows::new(&mut self.sum32, blocks),
+        );
+        // Rows are quantized independently: from 8 of them (4 K values at least) split over
+        // the pool's threads.
+        crate::pool::split(m, 8.max(4096usize.div_ceil(k)), &|r| {
+            let x = &x[r.start * k..r.end * k];
+            // SAFETY: `split`'s ranges are disjoint.
+            let (q, d, sum16) = unsafe { (q.part(r.clone()), d.part(r.clone()), sum16.part(r.clone())) };
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: the tier guarantees AVX2; the parts hold these rows' blocks.
+                unsafe { x86::quantize(x, q, d, sum16) };
             }
-            self.sum16[2 * b] = qb[..16].iter().map(|&v| v as i32).sum();
-            self.sum16[2 * b + 1] = qb[16..].iter().map(|&v| v as i32).sum();
-        }
+            if !simd {
+                quantize_scalar(x, q, d, sum16);
+            }
+            // SAFETY: as above.
+            unsafe {
+                derive(
+                    d,
+                    sum16,
+                    derived.0.part(r.clone()),
+                    derived.1.part(r.clone()),
+                    derived.2.part(r.clone()),
+                    derived.3.part(r),
+                )
+            };
+        });
     }
 
     pub fn quantize(x: &[f32], m: usize, k: usize) -> Self {
@@ -133,6 +135,33 @@ impl QuantizedActs {
     pub fn dequantize_row(&self, i: usize) -> Vec<f32> {
         let r = self.row(i);
         r.q.iter().enumerate().map(|(t, &q)| q as f32 * r.d[t / QA_BLOCK]).collect()
+    }
+}
+
+/// Fills the per-group epilogue inputs from `d` and `sum16`.
+fn derive(d: &[f32], sum16: &[i32], d16: &mut [f32], dsum16: &mut [f32], dsum32: &mut [f32], sum32: &mut [i32]) {
+    for b in 0..d.len() {
+        let (d, s0, s1) = (d[b], sum16[2 * b], sum16[2 * b + 1]);
+        d16[2 * b] = d;
+        d16[2 * b + 1] = d;
+        dsum16[2 * b] = d * s0 as f32;
+        dsum16[2 * b + 1] = d * s1 as f32;
+        dsum32[b] = d * (s0 + s1) as f32;
+        sum32[b] = s0 + s1;
+    }
+}
+
+fn quantize_scalar(x: &[f32], q: &mut [i16], d: &mut [f32], sum16: &mut [i32]) {
+    for (b, xb) in x.chunks_exact(QA_BLOCK).enumerate() {
+        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let (db, id) = if amax > 0.0 { (amax / 32767.0, 32767.0 / amax) } else { (0.0, 0.0) };
+        d[b] = db;
+        let qb = &mut q[b * QA_BLOCK..(b + 1) * QA_BLOCK];
+        for (q, v) in qb.iter_mut().zip(xb) {
+            *q = (v * id).round_ties_even().clamp(-32767.0, 32767.0) as i16;
+        }
+        sum16[2 * b] = qb[..16].iter().map(|&v| v as i32).sum();
+        sum16[2 * b + 1] = qb[16..].iter().map(|&v| v as i32).sum();
     }
 }
 
@@ -203,10 +232,24 @@ mod tests {
             sum16: vec![0; 8 * 6],
             ..Default::default()
         };
-        scalar.quantize_scalar(&x);
+        quantize_scalar(&x, &mut scalar.q, &mut scalar.d, &mut scalar.sum16);
         assert_eq!(simd.q, scalar.q);
         assert_eq!(simd.d, scalar.d);
         assert_eq!(simd.sum16, scalar.sum16);
+    }
+
+    /// Many rows are quantized in parts on the pool's threads: each row as it is alone.
+    #[test]
+    fn a_row_is_quantized_the_same_in_a_large_batch_as_alone() {
+        let (m, k) = (37, 576);
+        let x = rand_vec(m * k, 4);
+        let all = QuantizedActs::quantize(&x, m, k);
+        for i in 0..m {
+            let one = QuantizedActs::quantize(&x[i * k..(i + 1) * k], 1, k);
+            let (a, b) = (all.row(i), one.row(0));
+            assert_eq!((a.q, a.d, a.sum16, a.sum32), (b.q, b.d, b.sum16, b.sum32), "row {i}");
+            assert_eq!((a.d16, a.dsum16, a.dsum32), (b.d16, b.dsum16, b.dsum32), "row {i}");
+        }
     }
 
     #[test]

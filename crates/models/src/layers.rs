@@ -7,7 +7,7 @@ use crate::error::Result;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache, paged_attention};
 use vllm_rs_kernels::matmul::matmul_many;
 use vllm_rs_kernels::ops::{self, RopeTable};
-use vllm_rs_kernels::{Weight, ggml};
+use vllm_rs_kernels::{Weight, ggml, pool};
 
 /// `y = x Wᵀ (+ b)` over any weight format.
 pub struct Linear {
@@ -66,6 +66,11 @@ impl RmsNorm {
     /// Normalizes every `weight.len()`-sized row in place.
     pub fn forward(&self, x: &mut [f32]) {
         ops::rms_norm_rows(x, self.weight.len(), &self.weight, self.eps, self.offset);
+    }
+
+    /// The residual add and this norm: `h += y`, then `x` = `h` normalized.
+    pub fn add_forward(&self, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
+        ops::add_rms_norm_rows(h, y, x, self.weight.len(), &self.weight, self.eps, self.offset);
     }
 }
 
@@ -126,10 +131,13 @@ impl Attention {
             norm.forward(k);
         }
         let (qr, kr) = (self.params.num_heads * hd, self.params.num_kv_heads * hd);
-        for t in 0..n {
-            ops::rope(&mut q[t * qr..(t + 1) * qr], hd, rope, t, self.rope_interleaved);
-            ops::rope(&mut k[t * kr..(t + 1) * kr], hd, rope, t, self.rope_interleaved);
-        }
+        // Split over the pool's threads from 16 tokens (the rotations are row-wise).
+        pool::rows_mut2(q, qr, k, kr, 16, |t0, q, k| {
+            for (i, (q, k)) in q.chunks_exact_mut(qr).zip(k.chunks_exact_mut(kr)).enumerate() {
+                ops::rope(q, hd, rope, t0 + i, self.rope_interleaved);
+                ops::rope(k, hd, rope, t0 + i, self.rope_interleaved);
+            }
+        });
         kv.write(layer, batch.slot_mapping, k, v);
         attn.resize(n * qr, 0.0);
         paged_attention(q, &kv.layers[layer], kv.block_size, &batch.seqs, &self.params, attn);

@@ -151,15 +151,17 @@ impl Model for LlamaModel {
         let ws = &mut *guard;
         ws.rope.fill(&self.inv_freq, batch.positions);
         self.embed_tokens.forward(batch.input_ids, 1.0, &mut ws.h);
+        ws.x.clone_from(&ws.h);
+        self.layers[0].input_layernorm.forward(&mut ws.x);
         for (i, layer) in self.layers.iter().enumerate() {
-            ws.x.clone_from(&ws.h);
-            layer.input_layernorm.forward(&mut ws.x);
             layer.self_attn.forward(&ws.x, batch, &ws.rope, kv, i, &mut ws.attention, &mut ws.y);
-            ops::add_assign(&mut ws.h, &ws.y);
-            ws.x.copy_from_slice(&ws.h);
-            layer.post_attention_layernorm.forward(&mut ws.x);
+            layer.post_attention_layernorm.add_forward(&mut ws.h, &ws.y, &mut ws.x);
             layer.mlp.forward(&ws.x, n, &mut ws.gate, &mut ws.up, &mut ws.y);
-            ops::add_assign(&mut ws.h, &ws.y);
+            // The residual add, and the next layer's input norm with it.
+            match self.layers.get(i + 1) {
+                Some(next) => next.input_layernorm.add_forward(&mut ws.h, &ws.y, &mut ws.x),
+                None => ops::add_assign(&mut ws.h, &ws.y),
+            }
         }
         gather_rows(&ws.h, d, batch.logits_indices, &mut ws.last);
         self.norm.forward(&mut ws.last);
