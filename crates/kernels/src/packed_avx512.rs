@@ -102,47 +102,46 @@ unsafe fn scales<const F: usize>(blk: *const u8, l: &crate::packed::Layout, g: u
 struct Expanded {
     vals: Vec<__m512i>,
     scales: Vec<(__m512, __m512)>,
-    groups: usize,
-    steps: usize,
 }
 
 thread_local! {
     static EXPANDED: std::cell::RefCell<Expanded> = Default::default();
 }
 
-/// Widens blocks `b` of `p` into `e`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn expand_blocks<const F: usize>(p: &Packed, b: [usize; 2], e: &mut Expanded) {
-    let (groups, steps) = (p.layout.groups, group_of(FORMATS[F].0) / 2 / STEP);
-    (e.groups, e.steps) = (groups, steps);
-    e.vals.resize(2 * groups * steps * STEP, _mm512_setzero_si512());
-    e.scales.resize(2 * groups, (_mm512_setzero_ps(), _mm512_setzero_ps()));
-    let mut at = 0;
-    for (k, &bk) in b.iter().enumerate() {
-        for g in 0..groups {
-            // SAFETY: blocks b and group g exist (the caller; `groups` from the layout).
-            unsafe {
-                e.scales[k * groups + g] = group_scales::<F>(p, bk, g, None);
-                for st in 0..steps {
-                    for v in step::<F>(p, bk, g, st) {
-                        e.vals[at] = v;
-                        at += 1;
-                    }
-                }
-            }
-        }
+/// Where weights come from: widened in registers from the packed blocks, from the buffer, or
+/// widened in registers and written to the buffer (the first of several chunks' passes).
+const DIRECT: u8 = 0;
+const READ: u8 = 1;
+const FILL: u8 = 2;
+
+/// [`Expanded`] sized for two blocks of `groups` groups of `steps` steps, as raw pointers (the
+/// first pass writes what the later ones read).
+#[derive(Clone, Copy)]
+struct Buf {
+    vals: *mut __m512i,
+    scales: *mut (__m512, __m512),
+    groups: usize,
+    steps: usize,
+}
+
+impl Buf {
+    #[target_feature(enable = "avx512f")]
+    fn new(e: &mut Expanded, groups: usize, steps: usize) -> Buf {
+        e.vals.resize(2 * groups * steps * STEP, _mm512_setzero_si512());
+        e.scales.resize(2 * groups, (_mm512_setzero_ps(), _mm512_setzero_ps()));
+        Buf { vals: e.vals.as_mut_ptr(), scales: e.scales.as_mut_ptr(), groups, steps }
     }
 }
 
-/// Where a kernel takes two blocks' weights from: widened in registers from the packed
-/// blocks `b` (fetching blocks `ahead`), or from `e` (with `BUF`).
+/// Where a kernel takes two blocks' weights from: the packed blocks `b` (fetching blocks
+/// `ahead`) and, with several chunks, `buf` (mode `W`: [`DIRECT`], [`READ`], [`FILL`]).
 #[derive(Clone, Copy)]
 struct Src<'a> {
     p: &'a Packed,
     b: [usize; 2],
     ahead: Option<[usize; 2]>,
-    e: &'a Expanded,
-    /// With `BUF`: where this chunk's pass starts fetching blocks `ahead`, and the bytes it
+    buf: Buf,
+    /// With a buffer: where this chunk's pass starts fetching blocks `ahead`, and the bytes it
     /// fetches per group (the blocks' bytes spread over all passes).
     fetch: (usize, usize),
 }
@@ -151,17 +150,23 @@ impl Src<'_> {
     /// Step `st` of group `g` of block `k`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn step<const F: usize, const BUF: bool>(&self, k: usize, g: usize, st: usize) -> [__m512i; STEP] {
-        if BUF {
-            let at = ((k * self.e.groups + g) * self.e.steps + st) * STEP;
-            let v = &self.e.vals[at..at + STEP];
-            return [v[0], v[1], v[2], v[3]];
+    unsafe fn step<const F: usize, const W: u8>(&self, k: usize, g: usize, st: usize) -> [__m512i; STEP] {
+        let at = ((k * self.buf.groups + g) * self.buf.steps + st) * STEP;
+        // SAFETY: the buffer holds both blocks' steps (Buf::new), written in the FILL pass
+        // before any READ; block b[k] and its group g exist (the caller).
+        unsafe {
+            if W == READ {
+                return std::array::from_fn(|i| *self.buf.vals.add(at + i));
+            }
+            let v = step::<F>(self.p, self.b[k], g, st);
+            if W == FILL {
+                v.iter().enumerate().for_each(|(i, v)| *self.buf.vals.add(at + i) = *v);
+            }
+            v
         }
-        // SAFETY: block b[k] and its group g exist (the caller).
-        unsafe { step::<F>(self.p, self.b[k], g, st) }
     }
 
-    /// With `BUF`, the `j`th group visited in this pass fetches its share of blocks `ahead`:
+    /// With a buffer, the `j`th group visited in this pass fetches its share of blocks `ahead`:
     /// spread over all passes, the fetches overlap the dots (issued as a burst while widening,
     /// they stalled on the line fill buffers).
     #[inline]
@@ -178,9 +183,10 @@ impl Src<'_> {
     /// Group `g`'s `mcoef` of block `k` (nothing fetched).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn mcoef<const F: usize, const BUF: bool>(&self, k: usize, g: usize) -> __m512 {
-        if BUF {
-            return self.e.scales[k * self.e.groups + g].1;
+    unsafe fn mcoef<const F: usize, const W: u8>(&self, k: usize, g: usize) -> __m512 {
+        if W != DIRECT {
+            // SAFETY: written in the FILL pass's values (Src::scales) before this.
+            return unsafe { (*self.buf.scales.add(k * self.buf.groups + g)).1 };
         }
         // SAFETY: block b[k] and its group g exist (the caller).
         unsafe { scales::<F>(self.p.block(self.b[k]).as_ptr(), &self.p.layout, g).1 }
@@ -189,12 +195,20 @@ impl Src<'_> {
     /// Group `g`'s `(vscale, mcoef)` of block `k`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn scales<const F: usize, const BUF: bool>(&self, k: usize, g: usize) -> (__m512, __m512) {
-        if BUF {
-            return self.e.scales[k * self.e.groups + g];
+    unsafe fn scales<const F: usize, const W: u8>(&self, k: usize, g: usize) -> (__m512, __m512) {
+        let at = k * self.buf.groups + g;
+        // SAFETY: as in `step`.
+        unsafe {
+            match W {
+                READ => *self.buf.scales.add(at),
+                FILL => {
+                    let sc = group_scales::<F>(self.p, self.b[k], g, None);
+                    *self.buf.scales.add(at) = sc;
+                    sc
+                }
+                _ => group_scales::<F>(self.p, self.b[k], g, self.ahead.map(|a| a[k])),
+            }
         }
-        // SAFETY: as above.
-        unsafe { group_scales::<F>(self.p, self.b[k], g, self.ahead.map(|a| a[k])) }
     }
 
     /// Group `g`'s integer sums of both blocks and the chunk's `C` rows: step by step, four
@@ -202,18 +216,14 @@ impl Src<'_> {
     /// dotted with both blocks' (2·C independent chains).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn sums<const F: usize, const C: usize, const BUF: bool>(
-        &self,
-        x: &ActChunk,
-        g: usize,
-    ) -> [[__m512i; C]; 2] {
+    unsafe fn sums<const F: usize, const C: usize, const W: u8>(&self, x: &ActChunk, g: usize) -> [[__m512i; C]; 2] {
         let group = group_of(FORMATS[F].0);
         let mut s = [[_mm512_setzero_si512(); C]; 2];
         // SAFETY: the chunk has the group's pairs of its C rows.
         let xg = unsafe { x.q.add(group / 2 * g * C) };
         for st in 0..group / 2 / STEP {
             // SAFETY: as above.
-            let (wa, wb) = unsafe { (self.step::<F, BUF>(0, g, st), self.step::<F, BUF>(1, g, st)) };
+            let (wa, wb) = unsafe { (self.step::<F, W>(0, g, st), self.step::<F, W>(1, g, st)) };
             macro_rules! pair {
                 ($j:literal) => {
                     for c in 0..C {
@@ -302,9 +312,11 @@ pub unsafe fn transpose8(src: &[i16], pairs: usize, dst: &mut [u32]) {
 /// Blocks `b` of `p` (the first `n` of them real) against activation rows `xs` of `a` (from a
 /// multiple of [`ACT_ROWS`]), a chunk at a time: output row `i` gets block `b[k]`'s sixteen
 /// values at `out + i · p.rows + 16 · b[k]`, those at or past `p.rows` left alone. With one
-/// chunk the weights are widened in registers; with more, widened once into a buffer
-/// (re-widening them per chunk cost up to a quarter more time). Blocks `ahead` are fetched a
-/// share per group computed, over all chunks.
+/// chunk the weights are widened in registers; with more, the first chunk's pass widens them in
+/// registers and writes them to a buffer, which the later passes read (re-widening them per
+/// chunk cost up to a quarter more time; widening into the buffer in a pass of its own, 8 % more
+/// than filling it on the way). Blocks `ahead` are fetched a share per group computed, over all
+/// chunks.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/VNNI; no other thread writes these outputs.
@@ -332,24 +344,27 @@ unsafe fn block_rows_f<const F: usize>(
 ) {
     let buffered = xs.len() > ACT_ROWS;
     EXPANDED.with_borrow_mut(|e| {
-        if buffered {
-            // SAFETY: blocks b exist (the caller).
-            unsafe { expand_blocks::<F>(p, b, e) };
-        }
         let l = &p.layout;
+        let buf = if buffered {
+            Buf::new(e, l.groups, group_of(FORMATS[F].0) / 2 / STEP)
+        } else {
+            Buf { vals: std::ptr::null_mut(), scales: std::ptr::null_mut(), groups: 0, steps: 0 }
+        };
         let share = l.block_bytes.div_ceil(xs.len().div_ceil(ACT_ROWS) * l.groups);
         for (pass, c0) in xs.clone().step_by(ACT_ROWS).enumerate() {
-            let w = Src { p, b, ahead, e, fetch: (pass * l.groups * share, share) };
+            let w = Src { p, b, ahead, buf, fetch: (pass * l.groups * share, share) };
             let x = a.chunk(c0, group_of(FORMATS[F].0));
             macro_rules! go {
                 ($C:literal) => {{
-                    // SAFETY: blocks b and their groups exist; the chunk has C rows.
+                    // SAFETY: blocks b and their groups exist; the chunk has C rows; the first
+                    // pass fills the buffer that later ones read.
                     let sums = unsafe {
                         match (buffered, $C) {
-                            (true, _) => by_lane::<F, $C, true>(&w, &x),
+                            (true, _) if pass == 0 => by_lane::<F, $C, FILL>(&w, &x),
+                            (true, _) => by_lane::<F, $C, READ>(&w, &x),
                             // Up to two rows, the weights stream from memory: in group order.
                             (false, 1 | 2) => in_order::<F, $C>(&w, &x),
-                            _ => by_lane::<F, $C, false>(&w, &x),
+                            _ => by_lane::<F, $C, DIRECT>(&w, &x),
                         }
                     };
                     for (k, sums) in sums.iter().enumerate().take(n) {
@@ -379,19 +394,19 @@ unsafe fn block_rows_f<const F: usize>(
 /// The minimums' accumulators, which need no dots, are a second pass: in the first they spilled.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn by_lane<const F: usize, const C: usize, const BUF: bool>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
+unsafe fn by_lane<const F: usize, const C: usize, const W: u8>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
     let groups = w.p.layout.groups;
     // The values' accumulators, then (apart, so that neither pass spills) the minimums'.
     let vals = lane_tree::<C>(|l, acc| {
         for g in (l..groups).step_by(LANES) {
             // SAFETY: group g exists; the chunk has C rows.
             unsafe {
-                if BUF {
+                if W != DIRECT {
                     w.fetch_share(g);
                 }
-                let s = w.sums::<F, C, BUF>(x, g);
+                let s = w.sums::<F, C, W>(x, g);
                 for k in 0..2 {
-                    let vs = w.scales::<F, BUF>(k, g).0;
+                    let vs = w.scales::<F, W>(k, g).0;
                     for c in 0..C {
                         acc[k][c] = Src::epilogue::<C>(x, g, c, s[k][c], vs, acc[k][c]);
                     }
@@ -406,7 +421,7 @@ unsafe fn by_lane<const F: usize, const C: usize, const BUF: bool>(w: &Src, x: &
             for g in (l..groups).step_by(LANES) {
                 for (k, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: as above.
-                    let mc = unsafe { w.mcoef::<F, BUF>(k, g) };
+                    let mc = unsafe { w.mcoef::<F, W>(k, g) };
                     for (c, a) in acc.iter_mut().enumerate() {
                         // SAFETY: as above.
                         *a = unsafe { Src::min_step::<C>(x, g, c, mc, *a) };
@@ -463,9 +478,9 @@ unsafe fn in_order<const F: usize, const C: usize>(w: &Src, x: &ActChunk) -> [[_
     for g in 0..w.p.layout.groups {
         // SAFETY: group g exists; the chunk has C rows.
         unsafe {
-            let s = w.sums::<F, C, false>(x, g);
+            let s = w.sums::<F, C, DIRECT>(x, g);
             for k in 0..2 {
-                let sc = w.scales::<F, false>(k, g);
+                let sc = w.scales::<F, DIRECT>(k, g);
                 for c in 0..C {
                     let a = &mut acc[k][c][g % LANES];
                     a.0 = Src::epilogue::<C>(x, g, c, s[k][c], sc.0, a.0);
