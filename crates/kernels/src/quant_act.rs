@@ -74,6 +74,9 @@ impl QuantizedActs {
         self.dsum16.resize(2 * m * blocks, 0.0);
         self.dsum32.resize(m * blocks, 0.0);
         self.sum32.resize(m * blocks, 0);
+        if k == 0 {
+            return;
+        }
         let simd = cfg!(target_arch = "x86_64")
             && matches!(crate::isa::tier(), crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512);
         let (q, d, sum16) =
