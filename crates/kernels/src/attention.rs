@@ -159,15 +159,14 @@ fn paged_attention_on(
     // reads whole cache rows (its blocks are contiguous runs, which the hardware prefetcher
     // follows; a single head's share of each row is a strided stream that it follows less well).
     const CHUNK: usize = 16;
-    let all_heads = seqs.len() >= 4 * pool::global().n_threads();
+    let per_task = if seqs.len() >= 4 * pool::global().n_threads() { p.num_kv_heads } else { 1 };
     TASKS.with(|cell| {
         let mut tasks = cell.borrow_mut();
         tasks.clear();
         for (s, seq) in seqs.iter().enumerate() {
-            for kvh in 0..if all_heads { 1 } else { p.num_kv_heads } {
-                let heads = if all_heads { 0..p.num_kv_heads } else { kvh..kvh + 1 };
+            for h0 in (0..p.num_kv_heads).step_by(per_task) {
                 for c in (0..seq.query_len).step_by(CHUNK) {
-                    tasks.push((s, heads.clone(), c, (c + CHUNK).min(seq.query_len)));
+                    tasks.push((s, h0..h0 + per_task, c, (c + CHUNK).min(seq.query_len)));
                 }
             }
         }

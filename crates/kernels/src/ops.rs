@@ -48,7 +48,7 @@ pub fn rms_norm_rows(x: &mut [f32], dim: usize, w: &[f32], eps: f32, offset: f32
 }
 
 /// `h += y`, then `x` = RMSNorm of each `dim`-sized row of `h` (the residual add and the next
-/// sub-layer's norm in one pass; the same bits as [`add_assign`], a copy and [`rms_norm_rows`]).
+/// sub-layer's norm row by row, while the row is in cache, on the pool's threads).
 pub fn add_rms_norm_rows(h: &mut [f32], y: &[f32], x: &mut Vec<f32>, dim: usize, w: &[f32], eps: f32, offset: f32) {
     assert_eq!(h.len(), y.len());
     x.resize(h.len(), 0.0);
@@ -56,10 +56,8 @@ pub fn add_rms_norm_rows(h: &mut [f32], y: &[f32], x: &mut Vec<f32>, dim: usize,
         for (i, (hr, xr)) in hs.chunks_exact_mut(dim).zip(xs.chunks_exact_mut(dim)).enumerate() {
             let yr = &y[(r0 + i) * dim..(r0 + i + 1) * dim];
             hr.iter_mut().zip(yr).for_each(|(a, b)| *a += b);
-            let inv = inv_rms(hr, eps);
-            for ((o, v), g) in xr.iter_mut().zip(hr.iter()).zip(w) {
-                *o = (*v * inv) * (offset + g);
-            }
+            xr.copy_from_slice(hr);
+            rms_norm(xr, w, eps, offset);
         }
     });
 }

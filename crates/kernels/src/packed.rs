@@ -241,16 +241,11 @@ impl Packed {
         let layout = Layout::new(w.ty, w.cols);
         let bb = layout.block_bytes;
         let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, layout, data: Aligned::default() };
-        let blocks = p.blocks();
         let mut data = Aligned::default();
-        let out = SendPtr(data.reset(blocks * bb).as_mut_ptr());
-        const BLOCKS_PER_TASK: usize = 4;
-        crate::pool::global().run(blocks.div_ceil(BLOCKS_PER_TASK), &|task| {
+        crate::pool::rows_mut(data.reset(p.blocks() * bb), bb, 1, |b0, blocks| {
             let mut scratch = Scratch::default();
-            for b in task * BLOCKS_PER_TASK..((task + 1) * BLOCKS_PER_TASK).min(blocks) {
-                // SAFETY: this task alone writes this block's bytes.
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(b * bb), bb) };
-                p.pack_block(w, b, dst, &mut scratch);
+            for (i, dst) in blocks.chunks_exact_mut(bb).enumerate() {
+                p.pack_block(w, b0 + i, dst, &mut scratch);
             }
         });
         PACKED_BYTES.fetch_add(data.bytes().len(), std::sync::atomic::Ordering::Relaxed);
@@ -498,16 +493,6 @@ fn run_task(p: &Packed, a: &ActChunks, units: std::ops::Range<usize>, out: crate
                 unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) };
             }
         }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut u8 {
-        self.0
     }
 }
 

@@ -59,12 +59,20 @@ unsafe fn step<const F: usize>(p: &Packed, b: usize, g: usize, st: usize) -> [__
 unsafe fn group_scales<const F: usize>(p: &Packed, b: usize, g: usize, ahead: Option<usize>) -> (__m512, __m512) {
     let l = &p.layout;
     if let Some(a) = ahead {
-        // (Divisions here cost as much as a group's dots at one row.)
-        let from = (g * l.fetch_share).min(l.block_bytes);
-        crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), l.fetch_share.min(l.block_bytes - from));
+        fetch_part(p, a, g * l.fetch_share, l.fetch_share);
     }
     // SAFETY: group g's headers are within the block.
     unsafe { scales::<F>(p.block(b).as_ptr(), l, g) }
+}
+
+/// Fetches `len` bytes of block `a` from offset `from`, as far as the block goes. (Offsets are
+/// multiples of a share worked out once: divisions per group cost as much as a group's dots at
+/// one row.)
+#[inline]
+fn fetch_part(p: &Packed, a: usize, from: usize, len: usize) {
+    let bytes = p.layout.block_bytes;
+    let from = from.min(bytes);
+    crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), len.min(bytes - from));
 }
 
 /// The sixteen rows' `(vscale, mcoef)` of group `g` of a block, as the scalar tier computes them.
@@ -172,11 +180,9 @@ impl Src<'_> {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn fetch_share(&self, j: usize) {
-        let Some(ahead) = self.ahead else { return };
-        let (bytes, (start, share)) = (self.p.layout.block_bytes, self.fetch);
-        let from = (start + j * share).min(bytes);
+        let (Some(ahead), (start, share)) = (self.ahead, self.fetch) else { return };
         for a in ahead {
-            crate::matmul::x86::prefetch_lines(self.p.block(a)[from..].as_ptr(), share.min(bytes - from));
+            fetch_part(self.p, a, start + j * share, share);
         }
     }
 
@@ -344,16 +350,16 @@ unsafe fn block_rows_f<const F: usize>(
 ) {
     let buffered = xs.len() > ACT_ROWS;
     EXPANDED.with_borrow_mut(|e| {
-        let l = &p.layout;
+        let (l, group) = (&p.layout, group_of(FORMATS[F].0));
         let buf = if buffered {
-            Buf::new(e, l.groups, group_of(FORMATS[F].0) / 2 / STEP)
+            Buf::new(e, l.groups, group / 2 / STEP)
         } else {
             Buf { vals: std::ptr::null_mut(), scales: std::ptr::null_mut(), groups: 0, steps: 0 }
         };
         let share = l.block_bytes.div_ceil(xs.len().div_ceil(ACT_ROWS) * l.groups);
         for (pass, c0) in xs.clone().step_by(ACT_ROWS).enumerate() {
             let w = Src { p, b, ahead, buf, fetch: (pass * l.groups * share, share) };
-            let x = a.chunk(c0, group_of(FORMATS[F].0));
+            let x = a.chunk(c0, group);
             macro_rules! go {
                 ($C:literal) => {{
                     // SAFETY: blocks b and their groups exist; the chunk has C rows; the first

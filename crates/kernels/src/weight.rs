@@ -82,8 +82,8 @@ impl Weight {
 
     /// This weight made ready for [`crate::matmul::matmul`] on the tier in use: quantized
     /// weights are repacked for the AVX-512 tier ([`crate::packed`]; the same bytes per weight
-    /// but for Q2_K's byte-wide integer scales). The original bytes stay for row lookups (a tied embedding); mapped
-    /// pages read while packing are handed back to the page cache.
+    /// but for Q2_K's byte-wide integer scales). The original bytes stay for row lookups (a tied
+    /// embedding); mapped pages read while packing are handed back to the page cache.
     pub fn for_matmul(mut self) -> Self {
         if crate::isa::tier() != crate::isa::Tier::Avx512 || self.packed.is_some() {
             return self;
