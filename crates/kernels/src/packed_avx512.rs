@@ -35,15 +35,13 @@ macro_rules! by_format {
     };
 }
 
-/// Step `st` of group `g` of block `b` widened to int16, bias taken off.
+/// The step at `at` (of a group's steps in a packed block) widened to int16, bias taken off.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn step<const F: usize>(p: &Packed, b: usize, g: usize, st: usize) -> [__m512i; STEP] {
+unsafe fn step<const F: usize>(at: *const u8) -> [__m512i; STEP] {
     let f = FORMATS[F].1;
-    let l = &p.layout;
-    // SAFETY: the group's steps are within the block (offsets from the layout).
-    let mut v =
-        unsafe { expand::<F, STEP>(p.block(b).as_ptr().add(l.group_at(g) + l.header_bytes + st * step_bytes(f.bits))) };
+    // SAFETY: a whole step at `at` (the caller).
+    let mut v = unsafe { expand::<F, STEP>(at) };
     if f.bias != 0 {
         // (Q4_1, Q8_0 and most k-quants store values unbiased.)
         for v in v.iter_mut() {
@@ -141,6 +139,13 @@ impl Buf {
     }
 }
 
+/// Where one block's steps of a group are: packed, and in the buffer.
+#[derive(Clone, Copy)]
+struct Steps {
+    packed: *const u8,
+    buf: *mut __m512i,
+}
+
 /// Where a kernel takes two blocks' weights from: the packed blocks `b` (fetching blocks
 /// `ahead`) and, with several chunks, `buf` (mode `W`: [`DIRECT`], [`READ`], [`FILL`]).
 #[derive(Clone, Copy)]
@@ -155,20 +160,36 @@ struct Src<'a> {
 }
 
 impl Src<'_> {
-    /// Step `st` of group `g` of block `k`.
+    /// Where group `g`'s steps of both blocks start: in the buffer for [`READ`], else in the
+    /// packed blocks (worked out once a group: per step it cost more scalar work than the
+    /// step's loads).
+    #[inline]
+    fn steps_at<const F: usize, const W: u8>(&self, g: usize) -> [Steps; 2] {
+        std::array::from_fn(|k| {
+            let at = (k * self.buf.groups + g) * self.buf.steps * STEP;
+            let packed = || self.p.block(self.b[k])[self.p.layout.group_at(g) + self.p.layout.header_bytes..].as_ptr();
+            match W {
+                // (The buffer's pointer is only offset, never read, outside a buffered call.)
+                READ => Steps { packed: std::ptr::null(), buf: self.buf.vals.wrapping_add(at) },
+                FILL => Steps { packed: packed(), buf: self.buf.vals.wrapping_add(at) },
+                _ => Steps { packed: packed(), buf: std::ptr::null_mut() },
+            }
+        })
+    }
+
+    /// Step `st` of a group whose steps are at `at` ([`Src::steps_at`]).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn step<const F: usize, const W: u8>(&self, k: usize, g: usize, st: usize) -> [__m512i; STEP] {
-        let at = ((k * self.buf.groups + g) * self.buf.steps + st) * STEP;
+    unsafe fn step<const F: usize, const W: u8>(at: Steps, st: usize) -> [__m512i; STEP] {
         // SAFETY: the buffer holds both blocks' steps (Buf::new), written in the FILL pass
-        // before any READ; block b[k] and its group g exist (the caller).
+        // before any READ; the packed group has its steps (the caller).
         unsafe {
             if W == READ {
-                return std::array::from_fn(|i| *self.buf.vals.add(at + i));
+                return std::array::from_fn(|i| *at.buf.add(st * STEP + i));
             }
-            let v = step::<F>(self.p, self.b[k], g, st);
+            let v = step::<F>(at.packed.add(st * step_bytes(FORMATS[F].1.bits)));
             if W == FILL {
-                v.iter().enumerate().for_each(|(i, v)| *self.buf.vals.add(at + i) = *v);
+                v.iter().enumerate().for_each(|(i, v)| *at.buf.add(st * STEP + i) = *v);
             }
             v
         }
@@ -227,9 +248,10 @@ impl Src<'_> {
         let mut s = [[_mm512_setzero_si512(); C]; 2];
         // SAFETY: the chunk has the group's pairs of its C rows.
         let xg = unsafe { x.q.add(group / 2 * g * C) };
+        let [a, b] = self.steps_at::<F, W>(g);
         for st in 0..group / 2 / STEP {
             // SAFETY: as above.
-            let (wa, wb) = unsafe { (self.step::<F, W>(0, g, st), self.step::<F, W>(1, g, st)) };
+            let (wa, wb) = unsafe { (Self::step::<F, W>(a, st), Self::step::<F, W>(b, st)) };
             macro_rules! pair {
                 ($j:literal) => {
                     for c in 0..C {
