@@ -29,18 +29,9 @@ pub fn inv_rms(x: &[f32], eps: f32) -> f32 {
     1.0 / (s / x.len() as f32 + eps).sqrt()
 }
 
-/// Values from which a row-wise op runs on the pool's threads, split by rows (below this a job's
-/// start and join cost about what splitting saves).
-const PARALLEL_VALUES: usize = 4096;
-
-/// Rows of `dim` values making at least [`PARALLEL_VALUES`].
-fn min_rows(dim: usize) -> usize {
-    PARALLEL_VALUES.div_ceil(dim.max(1))
-}
-
 /// RMSNorm of every `dim`-sized row of `x` in place.
 pub fn rms_norm_rows(x: &mut [f32], dim: usize, w: &[f32], eps: f32, offset: f32) {
-    crate::pool::rows_mut(x, dim, min_rows(dim), |_, rows| {
+    crate::pool::rows_mut(x, dim, crate::pool::min_rows(dim), |_, rows| {
         for row in rows.chunks_exact_mut(dim) {
             rms_norm(row, w, eps, offset);
         }
@@ -52,7 +43,7 @@ pub fn rms_norm_rows(x: &mut [f32], dim: usize, w: &[f32], eps: f32, offset: f32
 pub fn add_rms_norm_rows(h: &mut [f32], y: &[f32], x: &mut Vec<f32>, dim: usize, w: &[f32], eps: f32, offset: f32) {
     assert_eq!(h.len(), y.len());
     x.resize(h.len(), 0.0);
-    crate::pool::rows_mut2(h, dim, x, dim, min_rows(dim), |r0, hs, xs| {
+    crate::pool::rows_mut2(h, dim, x, dim, crate::pool::min_rows(dim), |r0, hs, xs| {
         for (i, (hr, xr)) in hs.chunks_exact_mut(dim).zip(xs.chunks_exact_mut(dim)).enumerate() {
             let yr = &y[(r0 + i) * dim..(r0 + i + 1) * dim];
             hr.iter_mut().zip(yr).for_each(|(a, b)| *a += b);
@@ -123,7 +114,9 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     if !gate.len().is_multiple_of(64) {
         return silu_mul_on(tier, gate, up);
     }
-    crate::pool::rows_mut(gate, 64, min_rows(64), |r0, g| silu_mul_on(tier, g, &up[64 * r0..64 * r0 + g.len()]));
+    crate::pool::rows_mut(gate, 64, crate::pool::min_rows(64), |r0, g| {
+        silu_mul_on(tier, g, &up[64 * r0..64 * r0 + g.len()])
+    });
 }
 
 fn silu_mul_on(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
@@ -273,7 +266,7 @@ mod x86 {
 /// `a += b`.
 pub fn add_assign(a: &mut [f32], b: &[f32]) {
     assert_eq!(a.len(), b.len());
-    crate::pool::rows_mut(a, 1, PARALLEL_VALUES, |i0, a| {
+    crate::pool::rows_mut(a, 1, crate::pool::PARALLEL_VALUES, |i0, a| {
         a.iter_mut().zip(&b[i0..]).for_each(|(x, y)| *x += y);
     });
 }

@@ -367,11 +367,9 @@ impl ActChunks {
             r0 + Self::rows(m, r0)
         });
         self.q.resize(padded * k / 2, 0);
-        for (d, per) in self.d.iter_mut().zip([k / 32, k / 16]) {
+        for ((d, dsum), per) in self.d.iter_mut().zip(&mut self.dsum).zip([k / 32, k / 16]) {
             d.resize(padded * per, 0.0);
-        }
-        for (d, per) in self.dsum.iter_mut().zip([k / 32, k / 16]) {
-            d.resize(padded * per, 0.0);
+            dsum.resize(padded * per, 0.0);
         }
         let q = Rows::new(&mut self.q, k / 2);
         let [d32, d16] = &mut self.d;

@@ -169,7 +169,7 @@ impl Src<'_> {
             let at = (k * self.buf.groups + g) * self.buf.steps * STEP;
             let packed = || self.p.block(self.b[k])[self.p.layout.group_at(g) + self.p.layout.header_bytes..].as_ptr();
             match W {
-                // (The buffer's pointer is only offset, never read, outside a buffered call.)
+                // (READ and FILL run only in buffered calls, whose buffer holds both blocks.)
                 READ => Steps { packed: std::ptr::null(), buf: self.buf.vals.wrapping_add(at) },
                 FILL => Steps { packed: packed(), buf: self.buf.vals.wrapping_add(at) },
                 _ => Steps { packed: packed(), buf: std::ptr::null_mut() },

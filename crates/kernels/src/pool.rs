@@ -242,6 +242,15 @@ pub fn global() -> &'static ThreadPool {
     })
 }
 
+/// Values from which a row-wise op runs on the pool's threads, split by rows (below this a job's
+/// start and join cost about what splitting saves).
+pub const PARALLEL_VALUES: usize = 4096;
+
+/// Rows of `row` values making at least [`PARALLEL_VALUES`]: the `min` of a row-wise [`split`].
+pub fn min_rows(row: usize) -> usize {
+    PARALLEL_VALUES.div_ceil(row.max(1))
+}
+
 /// Runs `f` on the global pool over contiguous ranges covering `0..n`, one per thread but none
 /// shorter than `min` (so a small `n` runs on the caller alone, without a job's start and join).
 pub fn split(n: usize, min: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {

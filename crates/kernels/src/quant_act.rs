@@ -87,9 +87,9 @@ impl QuantizedActs {
             Rows::new(&mut self.dsum32, blocks),
             Rows::new(&mut self.sum32, blocks),
         );
-        // Rows are quantized independently: from 8 of them (4 K values at least) split over
-        // the pool's threads.
-        crate::pool::split(m, 8.max(4096usize.div_ceil(k)), &|r| {
+        // Rows are quantized independently: from 8 of them (and `PARALLEL_VALUES` at least)
+        // split over the pool's threads.
+        crate::pool::split(m, 8.max(crate::pool::min_rows(k)), &|r| {
             let x = &x[r.start * k..r.end * k];
             // SAFETY: `split`'s ranges are disjoint.
             let (q, d, sum16) = unsafe { (q.part(r.clone()), d.part(r.clone()), sum16.part(r.clone())) };
