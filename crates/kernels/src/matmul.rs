@@ -617,7 +617,7 @@ mod tests {
     }
 
     /// Several weights on one input (one quantization, one packed job where layouts agree) give
-    /// each weight's scalar-tier bits: same layout (Q5_0 + Q8_0, as Qwen's q/k/v), different
+    /// each weight's scalar-tier bits, whatever runs of units the job's threads take: same layout (Q5_0 + Q8_0, as Qwen's q/k/v), different
     /// layouts (Q6_K's 16-element groups beside Q4_K), and dense weights among them.
     #[test]
     fn matmul_many_equals_each_weight_alone() {
@@ -631,9 +631,11 @@ mod tests {
             let ws: Vec<Weight> = types
                 .iter()
                 .enumerate()
-                .map(|(i, &t)| quantize_random(t, 9 + 4 * i, k, i as u64).for_matmul())
+                .map(|(i, &t)| quantize_random(t, 9 + 61 * i, k, i as u64).for_matmul())
                 .collect();
-            for m in [1, 5] {
+            // (Packed jobs cut the weights' units into runs of up to four at one chunk of
+            // activation rows, of one from two chunks on.)
+            for m in [1, 5, 20] {
                 let x = rand_vec(m * k, 8);
                 let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; m * w.rows]).collect();
                 let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();

@@ -110,9 +110,6 @@ pub struct Layout {
     pub header_bytes: usize,
     pub group_bytes: usize,
     pub block_bytes: usize,
-    /// A block's bytes per group, rounded up: what a kernel fetches of the next block per
-    /// group it computes.
-    pub fetch_share: usize,
 }
 
 impl Layout {
@@ -129,8 +126,7 @@ impl Layout {
         assert!(groups.is_multiple_of(per_sb) && per_sb.is_power_of_two(), "k = {k} is not whole super-blocks");
         let group_bytes = header_bytes + group / 2 / STEP * step_bytes(f.bits);
         let block_bytes = groups / per_sb * sb_bytes + groups * group_bytes;
-        let fetch_share = block_bytes.div_ceil(groups);
-        Layout { group, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes, fetch_share }
+        Layout { group, groups, per_sb, sb_bytes, header_bytes, group_bytes, block_bytes }
     }
 
     /// Offset in a block of the header of group `g`'s super-block.
@@ -437,34 +433,56 @@ pub fn matmul(p: &Packed, a: &QuantizedActs, out: &mut [f32]) {
 }
 
 /// [`matmul`] for up to four weights of the same width and the same activations, as one job on
-/// the pool (q/k/v or gate/up: one quantization, one start and join). Tasks take runs of
-/// units of two blocks ([`Packed::unit`]).
+/// the pool (q/k/v or gate/up: one quantization, one start and join). The weights' units of two
+/// blocks ([`Packed::unit`]) are cut into runs, which each thread claims one ahead: so the last
+/// unit of a run fetches the first of the thread's next run while it computes (a run's first
+/// unit was otherwise fetched by nobody: a third of all units in a decode step). Holding one
+/// run ahead leaves at most a run's imbalance at the end of the job; runs are short for that.
 #[cfg(target_arch = "x86_64")]
 pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
     use crate::matmul::SyncPtr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     const MAX: usize = 4;
     let m = a.m;
     assert!(ps.len() <= MAX && ps.len() == outs.len());
     assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
     let threads = crate::pool::global().n_threads();
-    // Per weight: units per task, and the first task of each weight.
+    // Per weight: units per run, and the first run of each weight.
     let mut per = [0usize; MAX];
     let mut first = [0usize; MAX + 1];
     let mut out_ptr = [SyncPtr(std::ptr::null_mut()); MAX];
     for (i, (p, out)) in ps.iter().zip(outs.iter_mut()).enumerate() {
         assert!(a.k == p.cols && out.len() == m * p.rows);
         let units = p.units();
-        per[i] = units.div_ceil(threads * 4).clamp(1, 4);
+        // Several chunks of activation rows make a unit microseconds of work: runs of one unit
+        // balance the threads best. With one chunk (decode) a unit is a fraction of a
+        // microsecond, and runs of up to four amortize claiming them.
+        per[i] = if m > ACT_ROWS { 1 } else { units.div_ceil(threads * 4).clamp(1, 4) };
         first[i + 1] = first[i] + units.div_ceil(per[i]);
         out_ptr[i] = SyncPtr(out.as_mut_ptr());
     }
+    let runs = first[ps.len()];
+    // Run r as (weight, its units).
+    let run = |r: usize| {
+        let wi = (0..ps.len()).find(|&i| r < first[i + 1]).expect("run of some weight");
+        let r = r - first[wi];
+        (wi, r * per[wi]..((r + 1) * per[wi]).min(ps[wi].units()))
+    };
+    let next = AtomicUsize::new(0);
+    let claim = || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&r| r < runs);
     ACTS.with_borrow_mut(|x| {
         x.build(a);
-        crate::pool::global().run(first[ps.len()], &|task| {
-            let wi = (0..ps.len()).find(|&i| task < first[i + 1]).expect("task of some weight");
-            let (p, task) = (ps[wi], task - first[wi]);
-            let units = task * per[wi]..((task + 1) * per[wi]).min(p.units());
-            run_task(p, x, units, out_ptr[wi]);
+        crate::pool::global().run(threads.min(runs), &|_| {
+            let mut cur = claim();
+            while let Some(r) = cur {
+                cur = claim();
+                let (wi, units) = run(r);
+                let then = cur.map(|r| {
+                    let (wj, units) = run(r);
+                    (ps[wj], units.start)
+                });
+                run_units(ps[wi], x, units, then, out_ptr[wi]);
+            }
         })
     });
 }
@@ -474,20 +492,28 @@ thread_local! {
     static ACTS: std::cell::RefCell<ActChunks> = Default::default();
 }
 
-/// A task's units against all activation rows, in blocks of activation rows that stay in L2
+/// A run's units against all activation rows, in blocks of activation rows that stay in L2
 /// while every unit's weights (in L1) are dotted with them. The next unit's blocks (the other
-/// two bands) are fetched meanwhile, on the first pass over the weights: four streams in flight.
+/// two bands), or after the last one unit `then` (of the thread's next run), are fetched
+/// meanwhile, on the first pass over the weights: four streams in flight.
 #[cfg(target_arch = "x86_64")]
-fn run_task(p: &Packed, a: &ActChunks, units: std::ops::Range<usize>, out: crate::matmul::SyncPtr) {
+fn run_units(
+    p: &Packed,
+    a: &ActChunks,
+    units: std::ops::Range<usize>,
+    then: Option<(&Packed, usize)>,
+    out: crate::matmul::SyncPtr,
+) {
     const ACT_BLOCK: usize = 64;
     for b0 in (0..a.m).step_by(ACT_BLOCK) {
         let xs = b0..(b0 + ACT_BLOCK).min(a.m);
         for u in units.clone() {
             let (b, n) = p.unit(u);
-            let (next, more) = p.unit(u + 1);
-            let ahead = (b0 == 0 && more > 0).then_some(next);
+            let (q, v) = if u + 1 < units.end { (p, u + 1) } else { then.unwrap_or((p, u + 1)) };
+            let (next, more) = q.unit(v);
+            let ahead = (b0 == 0 && more > 0).then_some((q, next));
             if n > 0 {
-                // SAFETY: the tier was checked; this task alone writes these blocks' outputs.
+                // SAFETY: the tier was checked; this run alone writes these blocks' outputs.
                 unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) };
             }
         }

@@ -51,21 +51,9 @@ unsafe fn step<const F: usize>(at: *const u8) -> [__m512i; STEP] {
     v
 }
 
-/// Group `g`'s scales of block `b`; the same share of block `ahead`'s bytes is prefetched.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_scales<const F: usize>(p: &Packed, b: usize, g: usize, ahead: Option<usize>) -> (__m512, __m512) {
-    let l = &p.layout;
-    if let Some(a) = ahead {
-        fetch_part(p, a, g * l.fetch_share, l.fetch_share);
-    }
-    // SAFETY: group g's headers are within the block.
-    unsafe { scales::<F>(p.block(b).as_ptr(), l, g) }
-}
-
-/// Fetches `len` bytes of block `a` from offset `from`, as far as the block goes. (Offsets are
-/// multiples of a share worked out once: divisions per group cost as much as a group's dots at
-/// one row.)
+/// Fetches `len` bytes of block `a` of `p` from offset `from`, as far as the block goes.
+/// (Offsets are multiples of a share worked out once: divisions per group cost as much as a
+/// group's dots at one row.)
 #[inline]
 fn fetch_part(p: &Packed, a: usize, from: usize, len: usize) {
     let bytes = p.layout.block_bytes;
@@ -147,15 +135,16 @@ struct Steps {
 }
 
 /// Where a kernel takes two blocks' weights from: the packed blocks `b` (fetching blocks
-/// `ahead`) and, with several chunks, `buf` (mode `W`: [`DIRECT`], [`READ`], [`FILL`]).
+/// `ahead`, of the same or another weight) and, with several chunks, `buf` (mode `W`:
+/// [`DIRECT`], [`READ`], [`FILL`]).
 #[derive(Clone, Copy)]
 struct Src<'a> {
     p: &'a Packed,
     b: [usize; 2],
-    ahead: Option<[usize; 2]>,
+    ahead: Option<(&'a Packed, [usize; 2])>,
     buf: Buf,
-    /// With a buffer: where this chunk's pass starts fetching blocks `ahead`, and the bytes it
-    /// fetches per group (the blocks' bytes spread over all passes).
+    /// Where this chunk's pass starts fetching blocks `ahead`, and the bytes it fetches per
+    /// group (the blocks' bytes spread over all groups and passes).
     fetch: (usize, usize),
 }
 
@@ -195,15 +184,15 @@ impl Src<'_> {
         }
     }
 
-    /// With a buffer, the `j`th group visited in this pass fetches its share of blocks `ahead`:
-    /// spread over all passes, the fetches overlap the dots (issued as a burst while widening,
+    /// The `j`th group visited in this pass fetches its share of blocks `ahead`: spread over
+    /// all groups and passes, the fetches overlap the dots (issued as a burst while widening,
     /// they stalled on the line fill buffers).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn fetch_share(&self, j: usize) {
-        let (Some(ahead), (start, share)) = (self.ahead, self.fetch) else { return };
+        let (Some((q, ahead)), (start, share)) = (self.ahead, self.fetch) else { return };
         for a in ahead {
-            fetch_part(self.p, a, start + j * share, share);
+            fetch_part(q, a, start + j * share, share);
         }
     }
 
@@ -226,15 +215,14 @@ impl Src<'_> {
         let at = k * self.buf.groups + g;
         // SAFETY: as in `step`.
         unsafe {
-            match W {
-                READ => *self.buf.scales.add(at),
-                FILL => {
-                    let sc = group_scales::<F>(self.p, self.b[k], g, None);
-                    *self.buf.scales.add(at) = sc;
-                    sc
-                }
-                _ => group_scales::<F>(self.p, self.b[k], g, self.ahead.map(|a| a[k])),
+            if W == READ {
+                return *self.buf.scales.add(at);
             }
+            let sc = scales::<F>(self.p.block(self.b[k]).as_ptr(), &self.p.layout, g);
+            if W == FILL {
+                *self.buf.scales.add(at) = sc;
+            }
+            sc
         }
     }
 
@@ -352,7 +340,7 @@ pub unsafe fn transpose8(src: &[i16], pairs: usize, dst: &mut [u32]) {
 pub unsafe fn block_rows(
     p: &Packed,
     (b, n): ([usize; 2], usize),
-    ahead: Option<[usize; 2]>,
+    ahead: Option<(&Packed, [usize; 2])>,
     a: &ActChunks,
     xs: std::ops::Range<usize>,
     out: *mut f32,
@@ -365,7 +353,7 @@ pub unsafe fn block_rows(
 unsafe fn block_rows_f<const F: usize>(
     p: &Packed,
     (b, n): ([usize; 2], usize),
-    ahead: Option<[usize; 2]>,
+    ahead: Option<(&Packed, [usize; 2])>,
     a: &ActChunks,
     xs: std::ops::Range<usize>,
     out: *mut f32,
@@ -378,7 +366,8 @@ unsafe fn block_rows_f<const F: usize>(
         } else {
             Buf { vals: std::ptr::null_mut(), scales: std::ptr::null_mut(), groups: 0, steps: 0 }
         };
-        let share = l.block_bytes.div_ceil(xs.len().div_ceil(ACT_ROWS) * l.groups);
+        // (One division per call: per group it would cost as much as the group's dots.)
+        let share = ahead.map_or(0, |(q, _)| q.layout.block_bytes.div_ceil(xs.len().div_ceil(ACT_ROWS) * l.groups));
         for (pass, c0) in xs.clone().step_by(ACT_ROWS).enumerate() {
             let w = Src { p, b, ahead, buf, fetch: (pass * l.groups * share, share) };
             let x = a.chunk(c0, group);
@@ -429,9 +418,7 @@ unsafe fn by_lane<const F: usize, const C: usize, const W: u8>(w: &Src, x: &ActC
         for g in (l..groups).step_by(LANES) {
             // SAFETY: group g exists; the chunk has C rows.
             unsafe {
-                if W != DIRECT {
-                    w.fetch_share(g);
-                }
+                w.fetch_share(g);
                 let s = w.sums::<F, C, W>(x, g);
                 for k in 0..2 {
                     let vs = w.scales::<F, W>(k, g).0;
@@ -506,6 +493,7 @@ unsafe fn in_order<const F: usize, const C: usize>(w: &Src, x: &ActChunk) -> [[_
     for g in 0..w.p.layout.groups {
         // SAFETY: group g exists; the chunk has C rows.
         unsafe {
+            w.fetch_share(g);
             let s = w.sums::<F, C, DIRECT>(x, g);
             for k in 0..2 {
                 let sc = w.scales::<F, DIRECT>(k, g);
