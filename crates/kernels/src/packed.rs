@@ -509,9 +509,10 @@ fn run_units(
         let xs = b0..(b0 + ACT_BLOCK).min(a.m);
         for u in units.clone() {
             let (b, n) = p.unit(u);
-            let (q, v) = if u + 1 < units.end { (p, u + 1) } else { then.unwrap_or((p, u + 1)) };
-            let (next, more) = q.unit(v);
-            let ahead = (b0 == 0 && more > 0).then_some((q, next));
+            // Fetched meanwhile: the run's next unit, after its last the next run's first.
+            let after = if u + 1 < units.end { Some((p, u + 1)) } else { then };
+            let ahead = after.filter(|_| b0 == 0).map(|(q, v)| (q, q.unit(v)));
+            let ahead = ahead.and_then(|(q, (next, n))| (n > 0).then_some((q, next)));
             if n > 0 {
                 // SAFETY: the tier was checked; this run alone writes these blocks' outputs.
                 unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) };
