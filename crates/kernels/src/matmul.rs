@@ -617,8 +617,9 @@ mod tests {
     }
 
     /// Several weights on one input (one quantization, one packed job where layouts agree) give
-    /// each weight's scalar-tier bits, whatever runs of units the job's threads take: same layout (Q5_0 + Q8_0, as Qwen's q/k/v), different
-    /// layouts (Q6_K's 16-element groups beside Q4_K), and dense weights among them.
+    /// each weight's scalar-tier bits, whatever runs of units the job's threads take: same
+    /// layout (Q5_0 + Q8_0, as Qwen's q/k/v), different layouts (Q6_K's 16-element groups
+    /// beside Q4_K), and dense weights among them.
     #[test]
     fn matmul_many_equals_each_weight_alone() {
         use crate::quant_act::QuantizedActs;

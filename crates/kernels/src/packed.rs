@@ -469,18 +469,14 @@ pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
         (wi, r * per[wi]..((r + 1) * per[wi]).min(ps[wi].units()))
     };
     let next = AtomicUsize::new(0);
-    let claim = || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&r| r < runs);
+    let claim = || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&r| r < runs).map(run);
     ACTS.with_borrow_mut(|x| {
         x.build(a);
         crate::pool::global().run(threads.min(runs), &|_| {
             let mut cur = claim();
-            while let Some(r) = cur {
+            while let Some((wi, units)) = cur {
                 cur = claim();
-                let (wi, units) = run(r);
-                let then = cur.map(|r| {
-                    let (wj, units) = run(r);
-                    (ps[wj], units.start)
-                });
+                let then = cur.as_ref().map(|(wj, next)| (ps[*wj], next.start));
                 run_units(ps[wi], x, units, then, out_ptr[wi]);
             }
         })
