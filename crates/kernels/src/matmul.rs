@@ -617,7 +617,7 @@ mod tests {
     }
 
     /// Several weights on one input (one quantization, one packed job where layouts agree) give
-    /// each weight's scalar-tier bits, whatever runs of units the job's threads take: same
+    /// each weight's scalar-reference bits, whatever runs of units the job's threads take: same
     /// layout (Q5_0 + Q8_0, as Qwen's q/k/v), different layouts (Q6_K's 16-element groups
     /// beside Q4_K), and dense weights among them.
     #[test]
@@ -643,8 +643,11 @@ mod tests {
                 matmul_many(&x, m, &ws.iter().collect::<Vec<_>>(), &mut slices);
                 for (w, got) in ws.iter().zip(&outs) {
                     let mut want = vec![0f32; m * w.rows];
-                    if w.ty.is_quantized() {
-                        crate::qmatmul::qmatmul(Tier::Scalar, &QuantizedActs::quantize(&x, m, k), w, &mut want);
+                    let a = QuantizedActs::quantize(&x, m, k);
+                    if w.packed.is_some() {
+                        crate::qmatmul::chained_reference(&a, w, &mut want);
+                    } else if w.ty.is_quantized() {
+                        crate::qmatmul::qmatmul(Tier::Scalar, &a, w, &mut want);
                     } else {
                         matmul_dense(Tier::Scalar, &x, m, w, &mut want);
                     }

@@ -5,9 +5,9 @@
 //! group's integer sums of sixteen rows end in sixteen lanes, with no horizontal reduction, for
 //! any number of groups (no tails) and any number of activation rows.
 //!
-//! The float epilogue of [`crate::qmatmul`] keeps its order with rows in lanes: its sixteen
-//! accumulators `acc[g mod 16]` become sixteen vectors of sixteen rows, and its final `hsum16`
-//! vector additions in the same association, so results have the scalar tier's bits.
+//! The float epilogue is [`crate::qmatmul::chained_reference`]'s: one FMA chain per output over
+//! its groups in order, here sixteen rows' chains side by side in one vector, so results have
+//! that scalar reference's bits.
 //!
 //! Values are stored as unsigned `u = q + bias` in bit planes (4-bit nibbles, 2-bit and 1-bit
 //! planes, or signed bytes for Q8_0), four vectors a step ([`encode_step`]). Scales keep their
@@ -717,12 +717,12 @@ mod tests {
         }
     }
 
-    /// The AVX-512 kernels give the scalar tier's bits for every format, tail shape, row count
-    /// (tiles padded with zero rows) and batch size, and a row's result does not depend on the
-    /// batch around it.
+    /// The AVX-512 kernels give their scalar reference's bits for every format, tail shape, row
+    /// count (tiles padded with zero rows) and batch size, and a row's result does not depend on
+    /// the batch around it (that reference is held to the f64 budget in `qmatmul`'s tests).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx512_kernels_are_bit_identical_to_the_scalar_tier() {
+    fn avx512_kernels_are_bit_identical_to_their_scalar_reference() {
         use crate::isa::Tier;
         use crate::testing::rand_vec;
         if !Tier::Avx512.supported() {
@@ -741,7 +741,7 @@ mod tests {
                     let x = rand_vec(70 * k, 32);
                     let a = QuantizedActs::quantize(&x[..m * k], m, k);
                     let mut want = vec![0f32; m * n];
-                    crate::qmatmul::qmatmul(Tier::Scalar, &a, &w, &mut want);
+                    crate::qmatmul::chained_reference(&a, &w, &mut want);
                     let mut got = vec![0f32; m * n];
                     matmul(&p, &a, &mut got);
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -3,11 +3,10 @@
 //! broadcast against them by `vpdpwssd` — sixteen rows' group sums in sixteen lanes, for up to
 //! eight activation rows at once.
 //!
-//! The float epilogue is the reduction of [`crate::qmatmul`] with rows in lanes: per group,
-//! `acc[g mod 16] = fma(isum, vscale·dx, acc[g mod 16])` (and the minimums' own accumulators),
-//! where `acc[l]` is a vector of the sixteen rows; the final `hsum16` over `l` is vector
-//! additions in its association. So results have the scalar tier's bits whatever the
-//! batch, block or thread.
+//! The float epilogue is the reduction of [`crate::qmatmul`] with rows in lanes: per group, in
+//! order, `acc = fma(isum, vscale·dx, acc)` (and the minimums' own chain), where `acc` is a
+//! vector of the sixteen rows' accumulators. So results have the scalar tier's bits whatever
+//! the batch, block or thread.
 
 #![cfg(target_arch = "x86_64")]
 
@@ -377,11 +376,9 @@ unsafe fn block_rows_f<const F: usize>(
                     // pass fills the buffer that later ones read.
                     let sums = unsafe {
                         match (buffered, $C) {
-                            (true, _) if pass == 0 => by_lane::<F, $C, FILL>(&w, &x),
-                            (true, _) => by_lane::<F, $C, READ>(&w, &x),
-                            // Up to two rows, the weights stream from memory: in group order.
-                            (false, 1 | 2) => in_order::<F, $C>(&w, &x),
-                            _ => by_lane::<F, $C, DIRECT>(&w, &x),
+                            (true, _) if pass == 0 => by_group::<F, $C, FILL>(&w, &x),
+                            (true, _) => by_group::<F, $C, READ>(&w, &x),
+                            _ => by_group::<F, $C, DIRECT>(&w, &x),
                         }
                     };
                     for (k, sums) in sums.iter().enumerate().take(n) {
@@ -404,127 +401,45 @@ unsafe fn block_rows_f<const F: usize>(
     });
 }
 
-/// Two blocks' results for `C` activation rows, groups taken lane by lane (`g ≡ l mod 16`, in
-/// group order within a lane), so that the reference's accumulator `acc[l]` lives only while
-/// its groups are added, and summed over lanes by [`lane_tree`]. (Sixteen accumulators per block
-/// and row in memory, zeroed for every chunk, cost more than the kernel's dots at eight rows.)
-/// The minimums' accumulators, which need no dots, are a second pass: in the first they spilled.
+/// Two blocks' results for `C` activation rows: the reference's chain, each block row's
+/// accumulator carried through the groups in order. With more than two rows the minimums'
+/// chains, which need no dots, are a pass of their own (together they spilled).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn by_lane<const F: usize, const C: usize, const W: u8>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
+unsafe fn by_group<const F: usize, const C: usize, const W: u8>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
     let groups = w.p.layout.groups;
-    // The values' accumulators, then (apart, so that neither pass spills) the minimums'.
-    let vals = lane_tree::<C>(|l, acc| {
-        for g in (l..groups).step_by(LANES) {
-            // SAFETY: group g exists; the chunk has C rows.
-            unsafe {
-                w.fetch_share(g);
-                let s = w.sums::<F, C, W>(x, g);
-                for k in 0..2 {
-                    let vs = w.scales::<F, W>(k, g).0;
-                    for c in 0..C {
-                        acc[k][c] = Src::epilogue::<C>(x, g, c, s[k][c], vs, acc[k][c]);
-                    }
-                }
-            }
-        }
-    });
-    // (Without minimums theirs is +0, as the reference's sum of sixteen zeros.)
-    let mut mins = [[_mm512_setzero_ps(); C]; 2];
-    if FORMATS[F].1.scales.mins() {
-        mins = lane_tree::<C>(|l, acc| {
-            for g in (l..groups).step_by(LANES) {
-                for (k, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: as above.
-                    let mc = unsafe { w.mcoef::<F, W>(k, g) };
-                    for (c, a) in acc.iter_mut().enumerate() {
-                        // SAFETY: as above.
-                        *a = unsafe { Src::min_step::<C>(x, g, c, mc, *a) };
-                    }
-                }
-            }
-        });
-    }
-    std::array::from_fn(|k| std::array::from_fn(|c| _mm512_add_ps(vals[k][c], mins[k][c])))
-}
-
-/// `hsum16` over lanes of per-lane accumulators, two blocks by `C` rows: `lane(l, acc)` adds
-/// lane `l`'s groups into `acc` (zeroed). Lanes are visited in bit-reversed order and each
-/// finished one is folded into the pending partial sums of the tree (a binary counter:
-/// position `i` closes as many pairs as `i + 1` has trailing zeros), which performs the tree's
-/// additions in its association.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn lane_tree<const C: usize>(mut lane: impl FnMut(usize, &mut [[__m512; C]; 2])) -> [[__m512; C]; 2] {
-    use std::mem::MaybeUninit;
-    let mut tree = [[[MaybeUninit::<__m512>::uninit(); 5]; C]; 2];
-    for i in 0..LANES {
-        let mut acc = [[_mm512_setzero_ps(); C]; 2];
-        lane(((i as u32).reverse_bits() >> 28) as usize, &mut acc);
-        // Before lane i, the tree holds popcount(i) pending sums.
-        let (mut n, mut top) = (i + 1, i.count_ones() as usize);
-        while n.is_multiple_of(2) {
-            top -= 1;
-            for k in 0..2 {
-                for c in 0..C {
-                    // SAFETY: slots below popcount(i) were written by earlier lanes.
-                    acc[k][c] = _mm512_add_ps(unsafe { tree[k][c][top].assume_init() }, acc[k][c]);
-                }
-            }
-            n /= 2;
-        }
-        for k in 0..2 {
-            for c in 0..C {
-                tree[k][c][top].write(acc[k][c]);
-            }
-        }
-    }
-    // SAFETY: after sixteen lanes the tree holds one sum, in slot 0.
-    std::array::from_fn(|k| std::array::from_fn(|c| unsafe { tree[k][c][0].assume_init() }))
-}
-
-/// [`by_lane`] with groups in their order (the weights stream from memory in order, which at
-/// one or two rows is what counts), the sixteen accumulators of each block and row in memory.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn in_order<const F: usize, const C: usize>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
-    let zero = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut acc = [[[zero; LANES]; C]; 2];
-    for g in 0..w.p.layout.groups {
+    let mins = FORMATS[F].1.scales.mins();
+    let (mut acc, mut accm) = ([[_mm512_setzero_ps(); C]; 2], [[_mm512_setzero_ps(); C]; 2]);
+    for g in 0..groups {
         // SAFETY: group g exists; the chunk has C rows.
         unsafe {
             w.fetch_share(g);
-            let s = w.sums::<F, C, DIRECT>(x, g);
+            let s = w.sums::<F, C, W>(x, g);
             for k in 0..2 {
-                let sc = w.scales::<F, DIRECT>(k, g);
+                let (vs, mc) = w.scales::<F, W>(k, g);
                 for c in 0..C {
-                    let a = &mut acc[k][c][g % LANES];
-                    a.0 = Src::epilogue::<C>(x, g, c, s[k][c], sc.0, a.0);
-                    if FORMATS[F].1.scales.mins() {
-                        a.1 = Src::min_step::<C>(x, g, c, sc.1, a.1);
+                    acc[k][c] = Src::epilogue::<C>(x, g, c, s[k][c], vs, acc[k][c]);
+                    if mins && C <= 2 {
+                        accm[k][c] = Src::min_step::<C>(x, g, c, mc, accm[k][c]);
                     }
                 }
             }
         }
     }
-    let mut sums = [[_mm512_setzero_ps(); C]; 2];
-    for k in 0..2 {
-        for c in 0..C {
-            let a = &acc[k][c];
-            sums[k][c] = _mm512_add_ps(hsum16_lanes(|l| a[l].0), hsum16_lanes(|l| a[l].1));
+    if mins && C > 2 {
+        for g in 0..groups {
+            for (k, accm) in accm.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let mc = unsafe { w.mcoef::<F, W>(k, g) };
+                for (c, a) in accm.iter_mut().enumerate() {
+                    // SAFETY: as above.
+                    *a = unsafe { Src::min_step::<C>(x, g, c, mc, *a) };
+                }
+            }
         }
     }
-    sums
-}
-
-/// [`crate::matmul::hsum16`] of sixteen lane vectors, lane by lane: `b_l = v_l + v_{l+8}`, then
-/// `((b0 + b4) + (b2 + b6)) + ((b1 + b5) + (b3 + b7))`.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn hsum16_lanes(v: impl Fn(usize) -> __m512) -> __m512 {
-    let add = _mm512_add_ps;
-    let b = |l: usize| add(v(l), v(l + 8));
-    add(add(add(b(0), b(4)), add(b(2), b(6))), add(add(b(1), b(5)), add(b(3), b(7))))
+    // (Without minimums theirs is +0, as the reference's.)
+    std::array::from_fn(|k| std::array::from_fn(|c| _mm512_add_ps(acc[k][c], accm[k][c])))
 }
 
 /// `acc += Σ pairs of w · x` by `vpdpwssd` on registers.

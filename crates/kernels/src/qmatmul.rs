@@ -10,9 +10,16 @@
 //!
 //! and the result is `hsum16(acc) + hsum16(accm)` with the fixed horizontal sum
 //! ([`crate::matmul::hsum16`]). The AVX2 tier keeps two 8-lane accumulators and alternates
-//! octets between them; the AVX-512 tier ([`crate::packed`]) puts sixteen weight rows in
-//! sixteen lanes, so each `acc[l]` becomes a vector of rows and `hsum16` vector additions. The
-//! scalar tier computes exactly this, so every tier is bit-identical to it.
+//! octets between them, NEON four 4-lane ones; the scalar tier computes exactly this, so these
+//! tiers are bit-identical to it.
+//!
+//! The AVX-512 tier's packed kernels ([`crate::packed`]) put sixteen weight rows in sixteen
+//! lanes and keep their own order, [`chained_reference`]: one chain per output, `acc =
+//! fma(isum_g, vscale_g · dx_g, acc)` over the groups in order (the minimums likewise), `acc +
+//! accm`. With rows in lanes that chain costs nothing, where sixteen lane accumulators per row
+//! had to live in memory (23 % slower at k = 576); with groups in lanes (AVX2, NEON) it is a
+//! serial chain per output (17–42 % slower there). Either order is batch-invariant, and they
+//! agree within the per-format error budget (tested).
 
 use crate::isa::Tier;
 use crate::matmul::{SyncPtr, hsum16};
@@ -144,14 +151,47 @@ pub fn dot_scalar(p: &Panel, row: usize, x: ActRow) -> f32 {
 /// sum into lane `gi mod 16` of `acc`, its minimum term into that of `accm`.
 #[inline]
 pub(crate) fn group_step(p: &Panel, row: usize, x: &ActRow, gi: usize, acc: &mut [f32; 16], accm: &mut [f32; 16]) {
+    let (a, m) = (&mut acc[gi % 16], &mut accm[gi % 16]);
+    group_terms(p, row, x, gi, |(isum, scale), mins| {
+        *a = isum.mul_add(scale, *a);
+        if let Some((mc, dsum)) = mins {
+            *m = mc.mul_add(dsum, *m);
+        }
+    });
+}
+
+/// Group `gi`'s factors for panel row `row` against `x`: `(isum_g as f32, vscale_g · dx_g)` and,
+/// with minimums, `(mcoef_g, dsum_g)`.
+#[inline]
+fn group_terms(p: &Panel, row: usize, x: &ActRow, gi: usize, f: impl FnOnce((f32, f32), Option<(f32, f32)>)) {
     let (g, k) = (p.group, p.k);
     let at = row * (k / g) + gi;
     let t = gi * g..(gi + 1) * g;
     let q = &p.q[row * k..(row + 1) * k];
     let isum: i32 = q[t.clone()].iter().zip(&x.q[t]).map(|(&a, &b)| a as i32 * b as i32).sum();
-    acc[gi % 16] = (isum as f32).mul_add(p.vscale[at] * x.group_scale(g)[gi], acc[gi % 16]);
-    if let Some(mc) = &p.mcoef {
-        accm[gi % 16] = mc[at].mul_add(x.group_dsum(g)[gi], accm[gi % 16]);
+    let mins = p.mcoef.as_ref().map(|mc| (mc[at], x.group_dsum(g)[gi]));
+    f((isum as f32, p.vscale[at] * x.group_scale(g)[gi]), mins);
+}
+
+/// The packed kernels' reference (module docs): `out[i·n + j]` with one FMA chain per output.
+pub fn chained_reference(x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
+    let (n, m) = (w.rows, x.m);
+    assert_eq!(out.len(), m * n);
+    let mut p = Panel::default();
+    p.unpack(Tier::Scalar, w.ty, w.bytes(), n, w.cols);
+    for i in 0..m {
+        for (j, o) in out[i * n..(i + 1) * n].iter_mut().enumerate() {
+            let (mut acc, mut accm) = (0f32, 0f32);
+            for gi in 0..p.k / p.group {
+                group_terms(&p, j, &x.row(i), gi, |(isum, scale), mins| {
+                    acc = isum.mul_add(scale, acc);
+                    if let Some((mc, dsum)) = mins {
+                        accm = mc.mul_add(dsum, accm);
+                    }
+                });
+            }
+            *o = acc + accm;
+        }
     }
 }
 
@@ -479,9 +519,13 @@ mod tests {
             let want = reference(&x, m, &w);
             // Budget: Σ|w|·(max|x_block|/65534) from activation rounding, plus f32 accumulation.
             let wf = w.to_f32();
-            for tier in Tier::available() {
+            // Every tier, and (None) the packed kernels' chained reference.
+            for tier in Tier::available().into_iter().map(Some).chain([None]) {
                 let mut out = vec![0f32; m * n];
-                qmatmul(tier, &xq, &w, &mut out);
+                match tier {
+                    Some(tier) => qmatmul(tier, &xq, &w, &mut out),
+                    None => chained_reference(&xq, &w, &mut out),
+                }
                 for i in 0..m {
                     for j in 0..n {
                         let budget: f64 = (0..k)
