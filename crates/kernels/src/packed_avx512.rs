@@ -3,9 +3,9 @@
 //! broadcast against them by `vpdpwssd` — sixteen rows' group sums in sixteen lanes, for up to
 //! eight activation rows at once.
 //!
-//! The float epilogue is the reduction of [`crate::qmatmul`] with rows in lanes: per group, in
-//! order, `acc = fma(isum, vscale·dx, acc)` (and the minimums' own chain), where `acc` is a
-//! vector of the sixteen rows' accumulators. So results have the scalar tier's bits whatever
+//! The float epilogue is [`crate::qmatmul::chained_reference`] with rows in lanes: per group,
+//! in order, `acc = fma(isum, vscale·dx, acc)` (and the minimums' own chain), where `acc` is a
+//! vector of the sixteen rows' accumulators. So results have that reference's bits whatever
 //! the batch, block or thread.
 
 #![cfg(target_arch = "x86_64")]
