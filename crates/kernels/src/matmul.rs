@@ -641,9 +641,9 @@ mod tests {
                 let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; m * w.rows]).collect();
                 let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
                 matmul_many(&x, m, &ws.iter().collect::<Vec<_>>(), &mut slices);
+                let a = QuantizedActs::quantize(&x, m, k);
                 for (w, got) in ws.iter().zip(&outs) {
                     let mut want = vec![0f32; m * w.rows];
-                    let a = QuantizedActs::quantize(&x, m, k);
                     if w.packed.is_some() {
                         crate::qmatmul::chained_reference(&a, w, &mut want);
                     } else if w.ty.is_quantized() {

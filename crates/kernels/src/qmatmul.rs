@@ -180,10 +180,11 @@ pub fn chained_reference(x: &QuantizedActs, w: &Weight, out: &mut [f32]) {
     let mut p = Panel::default();
     p.unpack(Tier::Scalar, w.ty, w.bytes(), n, w.cols);
     for i in 0..m {
+        let xr = x.row(i);
         for (j, o) in out[i * n..(i + 1) * n].iter_mut().enumerate() {
             let (mut acc, mut accm) = (0f32, 0f32);
             for gi in 0..p.k / p.group {
-                group_terms(&p, j, &x.row(i), gi, |(isum, scale), mins| {
+                group_terms(&p, j, &xr, gi, |(isum, scale), mins| {
                     acc = isum.mul_add(scale, acc);
                     if let Some((mc, dsum)) = mins {
                         accm = mc.mul_add(dsum, accm);
