@@ -210,7 +210,7 @@ fn run_tasks<const T: u8>(
         let seq = &seqs[s];
         // With several queries (prefill) the rows are read from cache once per query and head,
         // and a group's heads, up to `per_pass` at a time, share each K and V row's loads
-        // (SmolLM2 pp512 +23 %). With one (decode) they come from DRAM, and one head's simpler
+        // (SmolLM2 pp512 +20 %). With one (decode) they come from DRAM, and one head's simpler
         // loop keeps more of those reads in flight (three heads a pass: batch-32 decode 7 %
         // slower).
         let per_pass = if c1 - c0 > 1 { vec_ops.heads_per_pass(hd) } else { 1 };
@@ -234,7 +234,6 @@ fn run_tasks<const T: u8>(
                         // SAFETY: each (token, head) output row is written by exactly one task.
                         out: unsafe { out_ptr.get().add(t * q_row + h0 * hd) },
                     };
-                    let (scores, acc) = (&mut scores[..], &mut acc[..]);
                     match (h0 + per_pass).min(heads.end) - h0 {
                         3 => pass.run::<T, 3>(vec_ops, p, scores, acc),
                         2 => pass.run::<T, 2>(vec_ops, p, scores, acc),
