@@ -4,6 +4,7 @@
 use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
+use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache, paged_attention};
 use vllm_rs_kernels::matmul::matmul_many;
 use vllm_rs_kernels::ops::{self, RopeTable};
@@ -108,6 +109,15 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// What this layer caches per request.
+    pub fn kv_cache_spec(&self) -> KvCacheSpec {
+        let (num_kv_heads, head_dim) = (self.params.num_kv_heads, self.params.head_dim);
+        match self.params.sliding_window {
+            Some(window) => KvCacheSpec::SlidingWindow { num_kv_heads, head_dim, window },
+            None => KvCacheSpec::FullAttention { num_kv_heads, head_dim },
+        }
+    }
+
     /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(

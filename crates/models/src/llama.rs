@@ -126,6 +126,7 @@ impl LlamaModel {
             hidden_size: hidden,
             vocab_size: c.vocab_size,
             max_position_embeddings: c.max_position_embeddings,
+            kv_cache_specs: layers.iter().map(|l| l.self_attn.kv_cache_spec()).collect(),
         };
         Ok(LlamaModel {
             info,

@@ -1,6 +1,7 @@
 //! What every architecture exposes to the engine.
 
 use crate::batch::ForwardBatch;
+use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
 
 /// Shape facts the engine needs to size the KV cache and validate requests.
@@ -14,6 +15,9 @@ pub struct ModelInfo {
     pub hidden_size: usize,
     pub vocab_size: usize,
     pub max_position_embeddings: usize,
+    /// What each layer caches per request (one entry per layer): the engine groups layers by
+    /// it and sizes the cache from it.
+    pub kv_cache_specs: Vec<KvCacheSpec>,
 }
 
 pub trait Model: Send + Sync {
