@@ -39,6 +39,12 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value_t = KvCacheDtypeArg::Auto)]
     pub kv_cache_dtype: KvCacheDtypeArg,
 
+    /// Keep every position of sliding-window layers (Gemma's local layers) instead of freeing
+    /// the blocks that left the window: one cache group for all layers, as before vLLM's hybrid
+    /// KV cache manager. Costs memory; for comparisons.
+    #[arg(long)]
+    pub disable_hybrid_kv_cache_manager: bool,
+
     /// Use exactly this many KV cache blocks (overrides --kv-cache-memory).
     #[arg(long)]
     pub num_gpu_blocks_override: Option<usize>,

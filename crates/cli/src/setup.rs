@@ -7,9 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
-use vllm_rs_engine::{EngineConfig, EngineCore, KvDtype, LogprobsMode, SchedulingPolicy, kv_blocks_for_bytes};
+use vllm_rs_engine::{
+    EngineConfig, EngineCore, KvDtype, LogprobsMode, SchedulingPolicy, kv_blocks_per_request, kv_bytes_per_block,
+    kv_cache_layout,
+};
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
-use vllm_rs_kernels::attention::KvCache;
 
 /// Everything `serve`, `generate` and `bench` need about the model, plus the engine.
 pub struct Loaded {
@@ -66,32 +68,35 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
         KvCacheDtypeArg::Float16 => KvDtype::F16,
         KvCacheDtypeArg::Bfloat16 => KvDtype::Bf16,
     };
-    let num_blocks = match args.num_gpu_blocks_override {
-        Some(n) => n,
-        None => {
-            let bytes = args
-                .kv_cache_memory
-                .unwrap_or_else(|| default_kv_bytes(&info, kv_dtype, max_model_len, args.max_num_seqs));
-            kv_blocks_for_bytes(lm.model.as_ref(), block_size, kv_dtype, bytes)
-        }
-    };
-    let per_block = KvCache::bytes_per_block(info.num_layers, block_size, info.num_kv_heads, info.head_dim, kv_dtype);
-    let tokens = num_blocks * block_size;
-    info!(
-        "KV cache: {num_blocks} blocks of {block_size} tokens ({tokens} tokens, {:.1} MiB of {}); maximum \
-         concurrency for {max_model_len} tokens per request: {:.2}x",
-        (num_blocks * per_block) as f64 / (1 << 20) as f64,
-        kv_dtype.name(),
-        tokens as f64 / max_model_len as f64
-    );
-
-    let mut cfg = EngineConfig::new(max_model_len, num_blocks);
+    let mut cfg = EngineConfig::new(max_model_len, 0);
     cfg.block_size = block_size;
     cfg.kv_cache_dtype = kv_dtype;
     cfg.max_num_seqs = args.max_num_seqs;
     if let Some(n) = args.max_num_batched_tokens {
         cfg.max_num_batched_tokens = n;
     }
+    cfg.disable_hybrid_kv_cache_manager = args.disable_hybrid_kv_cache_manager;
+    let layout = kv_cache_layout(lm.model.as_ref(), block_size, !cfg.disable_hybrid_kv_cache_manager);
+    let per_block = kv_bytes_per_block(&layout, kv_dtype);
+    let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;
+    cfg.num_blocks = match args.num_gpu_blocks_override {
+        Some(n) => n,
+        None => {
+            let bytes =
+                args.kv_cache_memory.unwrap_or_else(|| default_kv_bytes(per_block * per_request, args.max_num_seqs));
+            (bytes / per_block) as usize
+        }
+    };
+    let num_blocks = cfg.num_blocks;
+    info!(
+        "KV cache: {num_blocks} blocks of {block_size} tokens in {} group(s) ({:.1} MiB of {}); maximum \
+         concurrency for {max_model_len} tokens per request: {:.2}x",
+        layout.groups.len(),
+        (num_blocks as u64 * per_block) as f64 / (1 << 20) as f64,
+        kv_dtype.name(),
+        num_blocks as f64 / per_request as f64
+    );
+
     if !args.chunked_prefill() && cfg.max_num_batched_tokens < max_model_len {
         bail!(
             "without chunked prefill --max-num-batched-tokens ({}) must be at least --max-model-len ({max_model_len})",
@@ -136,15 +141,8 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
 }
 
 /// A quarter of the available memory, capped at what `max_num_seqs` full-length requests need,
-/// and at least one full-length request.
-fn default_kv_bytes(
-    info: &vllm_rs_models::ModelInfo,
-    dtype: KvDtype,
-    max_model_len: usize,
-    max_num_seqs: usize,
-) -> u64 {
-    let per_token = KvCache::bytes_per_block(info.num_layers, 1, info.num_kv_heads, info.head_dim, dtype) as u64;
-    let one = per_token * (max_model_len as u64 + 16);
+/// and at least one full-length request (`one`, in bytes).
+fn default_kv_bytes(one: u64, max_num_seqs: usize) -> u64 {
     let all = one.saturating_mul(max_num_seqs as u64);
     let quarter = available_memory().map_or(4 << 30, |m| m / 4);
     all.min(quarter).max(one)

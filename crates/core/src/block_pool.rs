@@ -3,18 +3,26 @@
 //! A block with `ref_cnt == 0` sits in the free queue but keeps its hash, so a later request with
 //! the same prefix can take it back ("touch") instead of recomputing. New blocks come from the
 //! front of the queue (least recently freed), evicting their cached hash.
+//!
+//! One pool serves every KV cache group; a cached block is keyed by its hash and its group (the
+//! same prefix has other contents in another group's layers). Groups that drop blocks from a
+//! table (sliding windows) put the pool's null block in their place: it is never allocated,
+//! freed or written.
 
 use crate::block_hash::BlockHash;
 use std::collections::HashMap;
 
 pub type BlockId = u32;
 
+/// A prefix-cache key: the block's hash within one KV cache group.
+pub type CacheKey = (BlockHash, u32);
+
 const NIL: u32 = u32::MAX;
 
 #[derive(Clone, Debug)]
 pub struct KvCacheBlock {
     pub ref_cnt: u32,
-    pub block_hash: Option<BlockHash>,
+    pub block_hash: Option<CacheKey>,
     prev: u32,
     next: u32,
     in_free_queue: bool,
@@ -25,8 +33,9 @@ pub struct BlockPool {
     head: u32,
     tail: u32,
     num_free: usize,
-    cached: HashMap<BlockHash, Vec<BlockId>>,
+    cached: HashMap<CacheKey, Vec<BlockId>>,
     enable_caching: bool,
+    null_block: Option<BlockId>,
 }
 
 impl BlockPool {
@@ -41,11 +50,36 @@ impl BlockPool {
             num_free: 0,
             cached: HashMap::new(),
             enable_caching,
+            null_block: None,
         };
         for b in 0..num_blocks as u32 {
             pool.push_back(b);
         }
         pool
+    }
+
+    /// The placeholder for blocks a table no longer holds (taken from the pool on first use,
+    /// which should come before any block is handed out; it then counts as used for good, as
+    /// vLLM's).
+    pub fn null_block(&mut self) -> BlockId {
+        if let Some(b) = self.null_block {
+            return b;
+        }
+        let id = self.head;
+        assert!(id != NIL, "no block left for the null block");
+        self.unlink(id);
+        self.evict(id);
+        self.blocks[id as usize].ref_cnt = 1;
+        self.null_block = Some(id);
+        id
+    }
+
+    pub fn has_null_block(&self) -> bool {
+        self.null_block.is_some()
+    }
+
+    pub fn is_null(&self, id: BlockId) -> bool {
+        self.null_block == Some(id)
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -56,9 +90,11 @@ impl BlockPool {
         self.num_free
     }
 
-    /// Fraction of blocks in use (vLLM's `kv_cache_usage_perc`, in 0..=1).
+    /// Fraction of blocks in use (vLLM's `kv_cache_usage_perc`, in 0..=1; the null block is
+    /// not counted).
     pub fn usage(&self) -> f64 {
-        if self.blocks.is_empty() { 0.0 } else { 1.0 - self.num_free as f64 / self.blocks.len() as f64 }
+        let usable = self.blocks.len() - usize::from(self.null_block.is_some());
+        if usable == 0 { 0.0 } else { 1.0 - self.num_free as f64 / usable as f64 }
     }
 
     pub fn block(&self, id: BlockId) -> &KvCacheBlock {
@@ -85,6 +121,9 @@ impl BlockPool {
     /// Takes a reference on blocks found in the prefix cache (pulling free ones out of the queue).
     pub fn touch(&mut self, ids: &[BlockId]) {
         for &id in ids {
+            if self.is_null(id) {
+                continue;
+            }
             if self.blocks[id as usize].ref_cnt == 0 {
                 self.unlink(id);
             }
@@ -96,6 +135,9 @@ impl BlockPool {
     /// the free queue (so the first ones given are evicted first).
     pub fn free_blocks(&mut self, ids: impl IntoIterator<Item = BlockId>) {
         for id in ids {
+            if self.is_null(id) {
+                continue;
+            }
             let b = &mut self.blocks[id as usize];
             assert!(b.ref_cnt > 0, "double free of block {id}");
             b.ref_cnt -= 1;
@@ -105,16 +147,17 @@ impl BlockPool {
         }
     }
 
-    /// A cached block holding exactly this prefix, if any.
-    pub fn get_cached_block(&self, hash: BlockHash) -> Option<BlockId> {
-        self.cached.get(&hash).and_then(|v| v.first().copied())
+    /// A cached block holding exactly this prefix in `group`, if any.
+    pub fn get_cached_block(&self, hash: BlockHash, group: u32) -> Option<BlockId> {
+        self.cached.get(&(hash, group)).and_then(|v| v.first().copied())
     }
 
-    /// Records that `id` holds the full block with `hash`.
-    pub fn cache_block(&mut self, id: BlockId, hash: BlockHash) {
-        if !self.enable_caching {
+    /// Records that `id` holds the full block with `hash` in `group`.
+    pub fn cache_block(&mut self, id: BlockId, hash: BlockHash, group: u32) {
+        if !self.enable_caching || self.is_null(id) {
             return;
         }
+        let hash = (hash, group);
         let b = &mut self.blocks[id as usize];
         if b.block_hash.is_some() {
             return;
@@ -125,7 +168,7 @@ impl BlockPool {
 
     /// Forgets every cached hash (vLLM's `reset_prefix_cache`); only valid when nothing runs.
     pub fn reset_prefix_cache(&mut self) -> bool {
-        if self.num_free != self.blocks.len() {
+        if self.num_free + usize::from(self.null_block.is_some()) != self.blocks.len() {
             return false;
         }
         self.cached.clear();
@@ -201,6 +244,12 @@ impl BlockPool {
             return Err(format!("free queue has {} entries, counter says {}", q.len(), self.num_free));
         }
         for (i, b) in self.blocks.iter().enumerate() {
+            if self.is_null(i as BlockId) {
+                if b.in_free_queue || b.block_hash.is_some() {
+                    return Err(format!("null block {i} is free or cached"));
+                }
+                continue;
+            }
             if b.in_free_queue != (b.ref_cnt == 0) {
                 return Err(format!("block {i}: ref_cnt {} but in_free_queue {}", b.ref_cnt, b.in_free_queue));
             }
@@ -237,16 +286,17 @@ mod tests {
         let mut p = BlockPool::new(3, true);
         let ids = p.get_new_blocks(3).unwrap();
         let h = hash_block_tokens(None, &[1, 2], None);
-        p.cache_block(ids[1], h);
+        p.cache_block(ids[1], h, 0);
         p.free_blocks(ids.iter().copied());
-        assert_eq!(p.get_cached_block(h), Some(1));
+        assert_eq!(p.get_cached_block(h, 0), Some(1));
+        assert_eq!(p.get_cached_block(h, 1), None, "another group's layers hold other data");
         p.touch(&[1]);
         assert_eq!(p.free_queue(), vec![0, 2]);
         assert_eq!(p.block(1).ref_cnt, 1);
         p.free_blocks([1]);
         // 0, 2, 1 in the queue: taking three evicts block 1's hash.
         p.get_new_blocks(3).unwrap();
-        assert_eq!(p.get_cached_block(h), None);
+        assert_eq!(p.get_cached_block(h, 0), None);
         p.check_invariants().unwrap();
     }
 }

@@ -40,6 +40,17 @@ impl KvCacheSpec {
         block_size * self.elements_per_token()
     }
 
+    /// The same layer keeping every position (vLLM's `--disable-hybrid-kv-cache-manager`: a
+    /// window still limits what attention reads, but its blocks are kept).
+    pub fn without_window(self) -> Self {
+        match self {
+            KvCacheSpec::SlidingWindow { num_kv_heads, head_dim, .. } => {
+                KvCacheSpec::FullAttention { num_kv_heads, head_dim }
+            }
+            other => other,
+        }
+    }
+
     /// Whether the layer keeps blocks (everything but recurrent state).
     pub fn is_paged(&self) -> bool {
         !matches!(self, KvCacheSpec::Recurrent { .. })
@@ -82,6 +93,11 @@ pub struct KvCacheLayout {
 }
 
 impl KvCacheLayout {
+    /// `num_layers` full-attention layers alike (one group).
+    pub fn uniform(num_layers: usize, spec: KvCacheSpec, block_size: usize) -> Self {
+        KvCacheLayout::new(&vec![spec; num_layers], block_size)
+    }
+
     /// Groups `specs` (one per layer). Paged layers with equal specs form a group; when all
     /// paged specs have one page size and there is more than one such spec, each spec's layers
     /// are cut into groups of the smallest spec's layer count and the `i`-th layer of every

@@ -7,9 +7,10 @@ pub mod kv_cache_manager;
 pub mod kv_cache_spec;
 pub mod request;
 pub mod scheduler;
+pub mod single_type_manager;
 
 pub use block_pool::{BlockId, BlockPool};
-pub use kv_cache_manager::{KvCacheManager, PrefixCacheStats};
+pub use kv_cache_manager::{GroupBlockIds, KvCacheManager, PrefixCacheStats};
 pub use kv_cache_spec::{KvCacheGroup, KvCacheLayout, KvCacheSpec};
 pub use request::{FinishReason, Request, RequestStatus, StopParams};
 pub use scheduler::{RequestUpdate, ScheduledRequest, Scheduler, SchedulerConfig, SchedulerOutput, SchedulingPolicy};

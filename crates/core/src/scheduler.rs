@@ -6,8 +6,8 @@
 //! for free; when blocks run out the newest running request (or the lowest priority one) is
 //! preempted: its blocks are freed and it is recomputed later.
 
-use crate::block_pool::BlockId;
-use crate::kv_cache_manager::KvCacheManager;
+use crate::kv_cache_manager::{GroupBlockIds, KvCacheManager};
+use crate::kv_cache_spec::KvCacheLayout;
 use crate::request::{FinishReason, Request, RequestStatus};
 use std::collections::{HashMap, VecDeque};
 
@@ -31,18 +31,27 @@ pub struct SchedulerConfig {
     /// Caps one request's share of a step when others are waiting (0 = no cap).
     pub long_prefill_token_threshold: usize,
     pub policy: SchedulingPolicy,
+    /// The model's KV cache groups.
+    pub kv_cache_layout: KvCacheLayout,
 }
 
-/// One request's part of a step.
+/// One request's part of a step, as the runner needs it: full data the first time (and after
+/// a preemption), afterwards only what changed (vLLM's `NewRequestData` / `CachedRequestData`).
+/// The runner keeps each request's tokens and block tables itself and appends what it samples.
 #[derive(Clone, Debug)]
 pub struct ScheduledRequest {
     pub request_id: String,
     /// Tokens computed this step, at positions `num_computed_tokens..`.
-    pub token_ids: Vec<u32>,
+    pub num_scheduled_tokens: usize,
     /// Tokens already in the cache before this step.
     pub num_computed_tokens: usize,
-    /// The request's whole block table.
-    pub block_ids: Vec<BlockId>,
+    /// The prompt, sent once: the request is new to the runner.
+    pub new_prompt_token_ids: Option<Vec<u32>>,
+    /// The request was preempted and resumes: `new_block_ids` is its whole table again.
+    pub resumed_from_preemption: bool,
+    /// Blocks appended to each KV cache group's table since the runner last heard (the whole
+    /// tables for a new or resumed request).
+    pub new_block_ids: GroupBlockIds,
     /// This step reaches the end of the known tokens, so a new token is sampled.
     pub sample: bool,
 }
@@ -69,6 +78,9 @@ pub struct Scheduler {
     pub config: SchedulerConfig,
     pub kv: KvCacheManager,
     requests: HashMap<String, Request>,
+    /// Per live request: how many of each group's blocks the runner has been sent (absent:
+    /// the runner has not seen the request since it arrived or was preempted).
+    sent_blocks: HashMap<String, Vec<usize>>,
     waiting: VecDeque<String>,
     running: Vec<String>,
     next_arrival: u64,
@@ -78,15 +90,18 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
         let kv = KvCacheManager::new(
+            config.kv_cache_layout.clone(),
             config.num_blocks,
             config.block_size,
             config.enable_prefix_caching,
             config.max_model_len,
+            config.max_num_seqs,
         );
         Scheduler {
             config,
             kv,
             requests: HashMap::new(),
+            sent_blocks: HashMap::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             next_arrival: 0,
@@ -159,7 +174,7 @@ impl Scheduler {
             }
             let mut scheduled = false;
             loop {
-                if self.kv.allocate_slots(&self.requests[&id], n, &[]).is_some() {
+                if self.kv.allocate_slots(&self.requests[&id], n, &[]) {
                     scheduled = true;
                     break;
                 }
@@ -209,7 +224,7 @@ impl Scheduler {
                     break;
                 }
                 n = n.min(budget);
-                if self.kv.allocate_slots(req, n, &hit_blocks).is_none() {
+                if !self.kv.allocate_slots(req, n, &hit_blocks) {
                     break;
                 }
                 self.waiting.pop_front();
@@ -232,10 +247,26 @@ impl Scheduler {
             let start = req.num_computed_tokens;
             req.num_computed_tokens += n;
             out.num_batched_tokens += n;
+            let tables = self.kv.block_ids(&id);
+            let (new_prompt_token_ids, resumed_from_preemption, sent) = match self.sent_blocks.get_mut(&id) {
+                Some(sent) => (None, false, sent),
+                None => {
+                    let first = req.num_preemptions == 0;
+                    let sent = self.sent_blocks.entry(id.clone()).or_insert_with(|| vec![0; tables.len()]);
+                    (first.then(|| req.prompt_token_ids().to_vec()), !first, sent)
+                }
+            };
+            let new_block_ids = tables
+                .into_iter()
+                .zip(sent.iter_mut())
+                .map(|(t, n)| t[std::mem::replace(n, t.len())..].to_vec())
+                .collect();
             out.scheduled.push(ScheduledRequest {
-                token_ids: req.all_token_ids()[start..start + n].to_vec(),
+                num_scheduled_tokens: n,
                 num_computed_tokens: start,
-                block_ids: self.kv.block_ids(&id).to_vec(),
+                new_prompt_token_ids,
+                resumed_from_preemption,
+                new_block_ids,
                 sample: req.num_computed_tokens == req.num_tokens(),
                 request_id: id,
             });
@@ -258,6 +289,7 @@ impl Scheduler {
 
     fn preempt(&mut self, id: &str) {
         self.kv.free(id);
+        self.sent_blocks.remove(id);
         let req = self.requests.get_mut(id).expect("preempted request exists");
         req.status = RequestStatus::Preempted;
         req.num_computed_tokens = 0;
@@ -266,23 +298,35 @@ impl Scheduler {
         self.enqueue_waiting(id.to_string(), true);
     }
 
-    /// Applies a step's sampled tokens (`sampled[i]` for `output.scheduled[i]`; `None` where no
-    /// token was sampled), checks stop conditions and frees finished requests.
-    pub fn update_from_output(&mut self, output: &SchedulerOutput, sampled: &[Option<u32>]) -> Vec<RequestUpdate> {
+    /// Applies a step's new tokens (`sampled[i]` for `output.scheduled[i]`: none, one, or
+    /// several accepted at once), checking the stop conditions after each as vLLM does (tokens
+    /// after a stop are dropped), and frees finished requests. Tokens whose K/V this step did
+    /// not compute are simply not counted in `num_computed_tokens`: the next step catches up.
+    pub fn update_from_output(&mut self, output: &SchedulerOutput, sampled: &[Vec<u32>]) -> Vec<RequestUpdate> {
         assert_eq!(output.scheduled.len(), sampled.len());
         let mut updates = Vec::new();
-        for (s, tok) in output.scheduled.iter().zip(sampled) {
-            let Some(tok) = *tok else { continue };
+        for (s, toks) in output.scheduled.iter().zip(sampled) {
+            if toks.is_empty() {
+                continue;
+            }
             let Some(req) = self.requests.get_mut(&s.request_id) else { continue };
             if req.is_finished() {
                 continue;
             }
-            req.append_output_token(tok, self.config.block_size);
-            let finish = req.check_stop(self.config.max_model_len);
+            let mut new_token_ids = Vec::with_capacity(toks.len());
+            let mut finish = None;
+            for &tok in toks {
+                req.append_output_token(tok, self.config.block_size);
+                new_token_ids.push(tok);
+                finish = req.check_stop(self.config.max_model_len);
+                if finish.is_some() {
+                    break;
+                }
+            }
             let stop_token = if finish.is_some() { req.stop_token } else { None };
             updates.push(RequestUpdate {
                 request_id: s.request_id.clone(),
-                new_token_ids: vec![tok],
+                new_token_ids,
                 finish_reason: finish,
                 stop_token,
             });
@@ -307,6 +351,7 @@ impl Scheduler {
         self.running.retain(|r| r != id);
         self.waiting.retain(|r| r != id);
         self.kv.free(id);
+        self.sent_blocks.remove(id);
         if let Some(mut req) = self.requests.remove(id) {
             req.status = RequestStatus::Finished(reason);
         }
@@ -317,21 +362,29 @@ impl Scheduler {
         self.kv.check_invariants()?;
         let free = self.kv.pool.num_free_blocks();
         let used = self.kv.reference_counts().iter().filter(|&&r| r > 0).count();
-        if free + used != self.kv.pool.num_blocks() {
-            return Err(format!("free {free} + used {used} != total {}", self.kv.pool.num_blocks()));
+        let null = usize::from(self.kv.pool.has_null_block());
+        if free + used + null != self.kv.pool.num_blocks() {
+            return Err(format!("free {free} + used {used} + null {null} != total {}", self.kv.pool.num_blocks()));
         }
         if self.running.len() + self.waiting.len() != self.requests.len() {
             return Err("a live request is neither running nor waiting".into());
         }
+        let paged: Vec<usize> =
+            (0..self.kv.layout.groups.len()).filter(|&g| self.kv.layout.groups[g].spec.is_paged()).collect();
         for id in &self.running {
             let r = &self.requests[id];
-            let blocks = self.kv.block_ids(id).len();
-            if blocks * self.config.block_size < r.num_computed_tokens {
-                return Err(format!("{id}: {blocks} blocks cannot hold {} computed tokens", r.num_computed_tokens));
+            for &g in &paged {
+                let blocks = self.kv.group_block_ids(id, g).len();
+                if blocks * self.config.block_size < r.num_computed_tokens {
+                    return Err(format!(
+                        "{id}: {blocks} blocks of group {g} cannot hold {} computed tokens",
+                        r.num_computed_tokens
+                    ));
+                }
             }
         }
         for id in &self.waiting {
-            if !self.kv.block_ids(id).is_empty() {
+            if self.kv.block_ids(id).iter().any(|t| !t.is_empty()) {
                 return Err(format!("waiting request {id} holds blocks"));
             }
         }

@@ -16,6 +16,7 @@ fn config(num_blocks: usize, budget: usize) -> SchedulerConfig {
         enable_chunked_prefill: true,
         long_prefill_token_threshold: 0,
         policy: SchedulingPolicy::Fcfs,
+        kv_cache_layout: KvCacheLayout::uniform(1, KvCacheSpec::FullAttention { num_kv_heads: 1, head_dim: 8 }, 16),
     }
 }
 
@@ -36,14 +37,12 @@ fn fake_token(tokens: &[u32]) -> u32 {
 fn step(s: &mut Scheduler) -> (SchedulerOutput, Vec<RequestUpdate>) {
     let out = s.schedule();
     s.check_invariants().unwrap();
-    let sampled: Vec<Option<u32>> = out
+    let sampled: Vec<Vec<u32>> = out
         .scheduled
         .iter()
         .map(|r| {
-            r.sample.then(|| {
-                let req = s.request(&r.request_id).unwrap();
-                fake_token(req.all_token_ids())
-            })
+            let req = s.request(&r.request_id).unwrap();
+            if r.sample { vec![fake_token(req.all_token_ids())] } else { vec![] }
         })
         .collect();
     let updates = s.update_from_output(&out, &sampled);
@@ -52,7 +51,7 @@ fn step(s: &mut Scheduler) -> (SchedulerOutput, Vec<RequestUpdate>) {
 }
 
 fn scheduled_tokens(out: &SchedulerOutput) -> Vec<(String, usize)> {
-    out.scheduled.iter().map(|r| (r.request_id.clone(), r.token_ids.len())).collect()
+    out.scheduled.iter().map(|r| (r.request_id.clone(), r.num_scheduled_tokens)).collect()
 }
 
 #[test]
@@ -79,11 +78,11 @@ fn chunked_prefill_boundaries_and_positions() {
     for want in [32, 32, 32, 4] {
         let (out, updates) = step(&mut s);
         let r = &out.scheduled[0];
-        assert_eq!(r.token_ids.len(), want);
+        assert_eq!(r.num_scheduled_tokens, want);
         starts.push(r.num_computed_tokens);
         assert_eq!(r.sample, want == 4, "only the last chunk samples");
         assert_eq!(updates.len(), usize::from(want == 4));
-        assert_eq!(r.block_ids.len(), (r.num_computed_tokens + want).div_ceil(16));
+        assert_eq!(s.kv.group_block_ids("long", 0).len(), (r.num_computed_tokens + want).div_ceil(16));
     }
     assert_eq!(starts, vec![0, 32, 64, 96]);
 }
@@ -120,7 +119,7 @@ fn prefix_hits_share_blocks_and_count_tokens() {
     let base = prompt(3, 40);
     s.add_request(request("a", base.clone(), 5));
     step(&mut s);
-    let a_blocks = s.kv.block_ids("a").to_vec();
+    let a_blocks = s.kv.group_block_ids("a", 0).to_vec();
     // b shares the first 35 tokens: two full blocks (32 tokens) hit.
     let mut pb = base[..35].to_vec();
     pb.extend([1, 2, 3, 4, 5]);
@@ -128,8 +127,8 @@ fn prefix_hits_share_blocks_and_count_tokens() {
     let (out, _) = step(&mut s);
     let b = out.scheduled.iter().find(|r| r.request_id == "b").unwrap();
     assert_eq!(b.num_computed_tokens, 32);
-    assert_eq!(b.token_ids.len(), 8);
-    assert_eq!(&b.block_ids[..2], &a_blocks[..2]);
+    assert_eq!(b.num_scheduled_tokens, 8);
+    assert_eq!(&b.new_block_ids[0][..2], &a_blocks[..2]);
     assert_eq!(s.kv.pool.block(a_blocks[0]).ref_cnt, 2);
     assert_eq!(s.kv.pool.block(a_blocks[2]).ref_cnt, 1);
     assert_eq!(s.request("b").unwrap().num_cached_tokens, Some(32));
@@ -147,7 +146,7 @@ fn a_full_hit_still_leaves_one_token_to_compute() {
     let (out, _) = step(&mut s);
     // 32 tokens = 2 full blocks, but only 1 can be reused: the last token must be computed.
     assert_eq!(out.scheduled[0].num_computed_tokens, 16);
-    assert_eq!(out.scheduled[0].token_ids.len(), 16);
+    assert_eq!(out.scheduled[0].num_scheduled_tokens, 16);
 }
 
 #[test]
@@ -158,7 +157,7 @@ fn requests_admitted_in_one_step_share_blocks_cached_that_step() {
     s.add_request(request("b", p, 2));
     let (out, _) = step(&mut s);
     assert_eq!(out.scheduled[1].num_computed_tokens, 32, "b reuses a's blocks scheduled in the same step");
-    assert_eq!(&out.scheduled[0].block_ids[..2], &out.scheduled[1].block_ids[..2]);
+    assert_eq!(&out.scheduled[0].new_block_ids[0][..2], &out.scheduled[1].new_block_ids[0][..2]);
 }
 
 #[test]
@@ -177,7 +176,7 @@ fn freed_blocks_are_evicted_least_recently_used_tail_first() {
     // A new 64-token request needs 4 blocks: it evicts the unused ones and a's last block.
     s.add_request(request("b", prompt(7, 64), 1));
     let (out, _) = step(&mut s);
-    assert_eq!(out.scheduled[0].block_ids, vec![3, 4, 5, 2]);
+    assert_eq!(out.scheduled[0].new_block_ids, vec![vec![3, 4, 5, 2]]);
     // a's first two blocks are still cached: a request with a's prompt hits them.
     s.add_request(request("c", prompt(6, 48), 1));
     let (out, _) = step(&mut s);

@@ -7,8 +7,10 @@ use crate::sampling_params::{LogprobsMode, ParamError, SamplingParams};
 use crate::stats::EngineStats;
 use std::time::Instant;
 use thiserror::Error;
-use vllm_rs_core::{FinishReason, Request, Scheduler, SchedulerConfig, SchedulingPolicy, StopParams};
-use vllm_rs_kernels::attention::{KvCache, KvDtype};
+use vllm_rs_core::{
+    FinishReason, KvCacheLayout, KvCacheSpec, Request, Scheduler, SchedulerConfig, SchedulingPolicy, StopParams,
+};
+use vllm_rs_kernels::attention::KvDtype;
 use vllm_rs_models::Model;
 
 #[derive(Clone, Debug)]
@@ -25,6 +27,9 @@ pub struct EngineConfig {
     pub logprobs_mode: LogprobsMode,
     /// Element type of the KV cache.
     pub kv_cache_dtype: KvDtype,
+    /// Keep every position of sliding-window layers too (one group of full-attention layers;
+    /// vLLM's `--disable-hybrid-kv-cache-manager`).
+    pub disable_hybrid_kv_cache_manager: bool,
     /// The tokenizer's EOS.
     pub eos_token_id: Option<u32>,
     /// Extra EOS ids from generation_config.json: they stop generation unless `ignore_eos`.
@@ -46,17 +51,38 @@ impl EngineConfig {
             policy: SchedulingPolicy::Fcfs,
             logprobs_mode: LogprobsMode::RawLogprobs,
             kv_cache_dtype: KvDtype::F32,
+            disable_hybrid_kv_cache_manager: false,
             eos_token_id: None,
             generation_eos_ids: Vec::new(),
         }
     }
 }
 
-/// Blocks that fit in `bytes` for this model (K and V of `dtype` for every layer).
-pub fn kv_blocks_for_bytes(model: &dyn Model, block_size: usize, dtype: KvDtype, bytes: u64) -> usize {
-    let i = model.info();
-    let per_block = KvCache::bytes_per_block(i.num_layers, block_size, i.num_kv_heads, i.head_dim, dtype) as u64;
-    (bytes / per_block) as usize
+/// How the model's layers group into KV cache groups with blocks of `block_size` tokens
+/// (every layer keeping all positions when `hybrid` is off).
+pub fn kv_cache_layout(model: &dyn Model, block_size: usize, hybrid: bool) -> KvCacheLayout {
+    let specs = &model.info().kv_cache_specs;
+    match hybrid {
+        true => KvCacheLayout::new(specs, block_size),
+        false => KvCacheLayout::new(&specs.iter().map(|s| s.without_window()).collect::<Vec<_>>(), block_size),
+    }
+}
+
+/// Bytes one block id takes over every cache tensor (K and V of `dtype`).
+pub fn kv_bytes_per_block(layout: &KvCacheLayout, dtype: KvDtype) -> u64 {
+    (layout.block_elements() * dtype.size()) as u64
+}
+
+/// Blocks one request of `max_model_len` tokens can hold at once over all groups (a window
+/// holds only its span plus a step's tokens), and the null block windows need.
+pub fn kv_blocks_per_request(
+    layout: &KvCacheLayout,
+    block_size: usize,
+    max_model_len: usize,
+    step_tokens: usize,
+) -> usize {
+    let windows = layout.groups.iter().any(|g| matches!(g.spec, KvCacheSpec::SlidingWindow { .. }));
+    layout.max_blocks_per_request(block_size, max_model_len, step_tokens) + usize::from(windows)
 }
 
 /// A request as the engine takes it: token ids and sampling parameters.
@@ -106,15 +132,21 @@ pub struct EngineCore {
 
 impl EngineCore {
     pub fn new(model: Box<dyn Model>, config: EngineConfig) -> Result<Self, EngineError> {
-        let blocks_needed = config.max_model_len.div_ceil(config.block_size);
+        let layout = kv_cache_layout(model.as_ref(), config.block_size, !config.disable_hybrid_kv_cache_manager);
+        if let Some(g) = layout
+            .groups
+            .iter()
+            .find(|g| !matches!(g.spec, KvCacheSpec::FullAttention { .. } | KvCacheSpec::SlidingWindow { .. }))
+        {
+            return Err(EngineError::InvalidRequest(format!("layers with a {:?} cache are not supported yet", g.spec)));
+        }
+        let blocks_needed =
+            kv_blocks_per_request(&layout, config.block_size, config.max_model_len, config.max_num_batched_tokens);
         if config.num_blocks < blocks_needed {
             return Err(EngineError::InvalidRequest(format!(
-                "the KV cache holds {} blocks of {} tokens ({} tokens), fewer than max_model_len = {}; \
-                 give it more memory (--kv-cache-memory) or lower --max-model-len",
-                config.num_blocks,
-                config.block_size,
-                config.num_blocks * config.block_size,
-                config.max_model_len
+                "the KV cache holds {} blocks of {} tokens, fewer than the {blocks_needed} one request of \
+                 max_model_len = {} tokens needs; give it more memory (--kv-cache-memory) or lower --max-model-len",
+                config.num_blocks, config.block_size, config.max_model_len
             )));
         }
         let scheduler = Scheduler::new(SchedulerConfig {
@@ -127,8 +159,9 @@ impl EngineCore {
             enable_chunked_prefill: config.enable_chunked_prefill,
             long_prefill_token_threshold: config.long_prefill_token_threshold,
             policy: config.policy,
+            kv_cache_layout: layout.clone(),
         });
-        let runner = ModelRunner::new(model, &config);
+        let runner = ModelRunner::new(model, &config, &layout);
         Ok(EngineCore { config, scheduler, runner, stats: EngineStats::default() })
     }
 
@@ -200,7 +233,7 @@ impl EngineCore {
     pub fn step(&mut self) -> Vec<RequestOutput> {
         let t0 = Instant::now();
         let out = self.scheduler.schedule();
-        let results = self.runner.execute(&out, &self.scheduler);
+        let mut results = self.runner.execute(&out);
         // Read before the update: finished requests leave the scheduler.
         let meta: std::collections::HashMap<String, (usize, usize, bool)> = out
             .scheduled
@@ -210,7 +243,7 @@ impl EngineCore {
                 (r.request_id.clone(), (r.prompt_len, r.num_cached_tokens.unwrap_or(0), r.num_output_tokens() == 0))
             })
             .collect();
-        let sampled: Vec<Option<u32>> = results.iter().map(|r| r.token).collect();
+        let sampled: Vec<Vec<u32>> = results.iter_mut().map(|r| std::mem::take(&mut r.tokens)).collect();
         let updates = self.scheduler.update_from_output(&out, &sampled);
         let mut outputs = Vec::with_capacity(updates.len());
         let mut results: std::collections::HashMap<&str, _> =

@@ -8,7 +8,8 @@ pub mod sampling_params;
 pub mod stats;
 
 pub use engine_core::{
-    EngineConfig, EngineCore, EngineError, EngineRequest, FinalOutput, RequestOutput, kv_blocks_for_bytes,
+    EngineConfig, EngineCore, EngineError, EngineRequest, FinalOutput, RequestOutput, kv_blocks_per_request,
+    kv_bytes_per_block, kv_cache_layout,
 };
 pub use handle::{EngineHandle, RequestStream};
 pub use sampler::TokenLogprobs;

@@ -6,24 +6,52 @@ use crate::sampling_params::{LogprobsMode, SamplingParams};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
-use vllm_rs_core::{Scheduler, SchedulerOutput};
+use vllm_rs_core::{GroupBlockIds, KvCacheLayout, ScheduledRequest, SchedulerOutput};
 use vllm_rs_kernels::attention::{KvCache, SeqAttention};
-use vllm_rs_models::{ForwardBatch, Model};
+use vllm_rs_models::{ForwardBatch, GroupBatch, Model};
 
-/// Per-request state that lives as long as the request (across preemptions).
+/// Per-request state that lives as long as the request (across preemptions): sampling state
+/// and the runner's own copy of the tokens and block tables, kept up to date from the
+/// scheduler's diffs and from what it samples (vLLM's `CachedRequestState`).
 struct RequestState {
     params: SamplingParams,
     rng: ChaCha8Rng,
     all_stop_token_ids: Vec<u32>,
+    /// Prompt followed by the tokens sampled so far.
+    token_ids: Vec<u32>,
+    prompt_len: usize,
+    /// The block table of each KV cache group.
+    block_ids: GroupBlockIds,
     /// Prompt logprobs gathered so far (index = prompt position; position 0 has none).
     prompt_logprobs: Vec<Option<TokenLogprobs>>,
     prompt_logprobs_sent: bool,
 }
 
+impl RequestState {
+    /// Applies a step's news: the prompt (first time), or new blocks (whole tables on resume).
+    fn apply(&mut self, s: &ScheduledRequest) {
+        if let Some(prompt) = &s.new_prompt_token_ids {
+            self.prompt_len = prompt.len();
+            self.token_ids.clone_from(prompt);
+        }
+        if s.new_prompt_token_ids.is_some() || s.resumed_from_preemption {
+            self.block_ids.clone_from(&s.new_block_ids);
+        } else {
+            self.block_ids.iter_mut().zip(&s.new_block_ids).for_each(|(t, new)| t.extend_from_slice(new));
+        }
+    }
+
+    fn prompt(&self) -> &[u32] {
+        &self.token_ids[..self.prompt_len]
+    }
+}
+
 /// What one scheduled request got out of a step.
 #[derive(Debug, Default)]
 pub struct StepResult {
-    pub token: Option<u32>,
+    /// The new tokens (one when a token was sampled; several once speculative decoding
+    /// accepts more than one).
+    pub tokens: Vec<u32>,
     pub logprobs: Option<TokenLogprobs>,
     /// Every prompt position's logprobs, once the whole prompt has been computed.
     pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
@@ -34,6 +62,9 @@ pub struct ModelRunner {
     pub kv: KvCache,
     states: HashMap<String, RequestState>,
     logprobs_mode: LogprobsMode,
+    num_kv_groups: usize,
+    /// The flat batch of the last step (kept for its allocations).
+    batch: FlatBatch,
     /// The last step's logits (kept for its allocation).
     logits: Vec<f32>,
 }
@@ -43,7 +74,8 @@ pub struct ModelRunner {
 struct FlatBatch {
     input_ids: Vec<u32>,
     positions: Vec<u32>,
-    slot_mapping: Vec<usize>,
+    /// Per KV cache group: the slot each row writes to.
+    slot_mapping: Vec<Vec<usize>>,
     query_start_loc: Vec<usize>,
     seq_lens: Vec<usize>,
     logits_indices: Vec<usize>,
@@ -51,21 +83,60 @@ struct FlatBatch {
     logits_rows: Vec<(usize, Option<usize>, bool)>,
 }
 
+impl FlatBatch {
+    /// Empties every list, keeping the allocations.
+    fn clear(&mut self, num_kv_groups: usize) {
+        self.input_ids.clear();
+        self.positions.clear();
+        self.slot_mapping.resize_with(num_kv_groups, Vec::new);
+        self.slot_mapping.iter_mut().for_each(Vec::clear);
+        self.query_start_loc.clear();
+        self.seq_lens.clear();
+        self.logits_indices.clear();
+        self.logits_rows.clear();
+    }
+}
+
 impl ModelRunner {
-    pub fn new(model: Box<dyn Model>, c: &EngineConfig) -> Self {
-        let i = model.info();
-        let kv = KvCache::new(i.num_layers, c.num_blocks, c.block_size, i.num_kv_heads, i.head_dim, c.kv_cache_dtype);
-        ModelRunner { model, kv, states: HashMap::new(), logprobs_mode: c.logprobs_mode, logits: Vec::new() }
+    pub fn new(model: Box<dyn Model>, c: &EngineConfig, layout: &KvCacheLayout) -> Self {
+        // Elements per position of each tensor's K (and of its V): half of a page's per token.
+        let rows: Vec<usize> = layout.tensor_page_elements.iter().map(|e| e / c.block_size / 2).collect();
+        let kv = KvCache::with_layout(
+            c.num_blocks,
+            c.block_size,
+            c.kv_cache_dtype,
+            &rows,
+            &layout.layer_tensor,
+            &layout.layer_group,
+        );
+        ModelRunner {
+            model,
+            kv,
+            states: HashMap::new(),
+            logprobs_mode: c.logprobs_mode,
+            num_kv_groups: layout.groups.len(),
+            batch: FlatBatch::default(),
+            logits: Vec::new(),
+        }
     }
 
     /// Registers a request's sampling state. `all_stop_token_ids` are masked until `min_tokens`.
+    /// Its tokens and blocks arrive with its first scheduled step.
     pub fn add_request(&mut self, id: &str, params: SamplingParams, all_stop_token_ids: Vec<u32>) {
         let rng = match params.seed {
             Some(s) => ChaCha8Rng::seed_from_u64(s),
             None => ChaCha8Rng::from_rng(&mut rand::rng()),
         };
-        let state =
-            RequestState { params, rng, all_stop_token_ids, prompt_logprobs: Vec::new(), prompt_logprobs_sent: false };
+        let state = RequestState {
+            params,
+            rng,
+            all_stop_token_ids,
+            token_ids: Vec::new(),
+            prompt_len: 0,
+            block_ids: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            prompt_logprobs_sent: false,
+        };
         self.states.insert(id.to_string(), state);
     }
 
@@ -77,75 +148,87 @@ impl ModelRunner {
         self.states.len()
     }
 
-    fn flatten(&self, out: &SchedulerOutput, sched: &Scheduler) -> FlatBatch {
+    /// Takes in the step's news and lays out its flat batch.
+    fn prepare(&mut self, out: &SchedulerOutput) {
         let bs = self.kv.block_size;
-        let mut b = FlatBatch::default();
+        let b = &mut self.batch;
+        b.clear(self.num_kv_groups);
         for (si, s) in out.scheduled.iter().enumerate() {
+            let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
+            state.apply(s);
             let start_row = b.input_ids.len();
+            let (start, n) = (s.num_computed_tokens, s.num_scheduled_tokens);
             b.query_start_loc.push(start_row);
-            b.input_ids.extend_from_slice(&s.token_ids);
-            for j in 0..s.token_ids.len() {
-                let pos = s.num_computed_tokens + j;
+            b.input_ids.extend_from_slice(&state.token_ids[start..start + n]);
+            for pos in start..start + n {
                 b.positions.push(pos as u32);
-                b.slot_mapping.push(s.block_ids[pos / bs] as usize * bs + pos % bs);
+                for (slots, table) in b.slot_mapping.iter_mut().zip(&state.block_ids) {
+                    slots.push(table[pos / bs] as usize * bs + pos % bs);
+                }
             }
-            b.seq_lens.push(s.num_computed_tokens + s.token_ids.len());
-            let state = &self.states[&s.request_id];
-            let prompt_len = sched.request(&s.request_id).map_or(0, |r| r.prompt_len);
+            b.seq_lens.push(start + n);
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
                 // Row at position p predicts prompt token p + 1.
-                for j in 0..s.token_ids.len() {
-                    let next = s.num_computed_tokens + j + 1;
-                    if next < prompt_len {
+                for j in 0..n {
+                    let next = start + j + 1;
+                    if next < state.prompt_len {
                         b.logits_indices.push(start_row + j);
                         b.logits_rows.push((si, Some(next), false));
                     }
                 }
             }
             if s.sample {
-                b.logits_indices.push(start_row + s.token_ids.len() - 1);
+                b.logits_indices.push(start_row + n - 1);
                 b.logits_rows.push((si, None, true));
             }
         }
-        b
     }
 
-    /// Runs one step: the model once over every scheduled token, then sampling.
-    pub fn execute(&mut self, out: &SchedulerOutput, sched: &Scheduler) -> Vec<StepResult> {
+    /// Runs one step: the model once over every scheduled token, then sampling. Sampled tokens
+    /// are appended to the runner's own copy of each request's tokens.
+    pub fn execute(&mut self, out: &SchedulerOutput) -> Vec<StepResult> {
         let mut results: Vec<StepResult> = out.scheduled.iter().map(|_| StepResult::default()).collect();
         if out.scheduled.is_empty() {
             return results;
         }
-        let b = self.flatten(out, sched);
-        let seqs = out
-            .scheduled
+        self.prepare(out);
+        let b = &self.batch;
+        let states = &self.states;
+        let groups = b
+            .slot_mapping
             .iter()
             .enumerate()
-            .map(|(i, s)| SeqAttention {
-                query_start: b.query_start_loc[i],
-                query_len: s.token_ids.len(),
-                seq_len: b.seq_lens[i],
-                block_table: &s.block_ids,
+            .map(|(g, slot_mapping)| GroupBatch {
+                slot_mapping,
+                seqs: out
+                    .scheduled
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| SeqAttention {
+                        query_start: b.query_start_loc[i],
+                        query_len: s.num_scheduled_tokens,
+                        seq_len: b.seq_lens[i],
+                        block_table: &states[&s.request_id].block_ids[g],
+                    })
+                    .collect(),
             })
             .collect();
         let batch = ForwardBatch {
             input_ids: &b.input_ids,
             positions: &b.positions,
-            slot_mapping: &b.slot_mapping,
-            seqs,
+            groups,
             logits_indices: &b.logits_indices,
         };
         self.model.forward_into(&batch, &mut self.kv, &mut self.logits);
         let vocab = self.model.info().vocab_size;
         let mut samples = Vec::new();
-        for (row, &(si, prompt_pos, is_sample)) in self.logits.chunks_exact_mut(vocab).zip(&b.logits_rows) {
+        for (row, &(si, prompt_pos, is_sample)) in self.logits.chunks_exact_mut(vocab).zip(&self.batch.logits_rows) {
             let s = &out.scheduled[si];
             if let Some(p) = prompt_pos {
-                let req = sched.request(&s.request_id).expect("scheduled request is live");
                 let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
                 let k = state.params.prompt_logprobs.unwrap_or(0);
                 let lp = sampler::log_softmax(row);
-                let target = req.prompt_token_ids()[p];
+                let target = state.token_ids[p];
                 if state.prompt_logprobs.len() <= p {
                     state.prompt_logprobs.resize(p + 1, None);
                 }
@@ -162,8 +245,7 @@ impl ModelRunner {
             .map(|(si, row)| {
                 let id = out.scheduled[si].request_id.as_str();
                 let state = states.remove(id).expect("a request samples once a step");
-                let req = sched.request(id).expect("scheduled request is live");
-                std::sync::Mutex::new((si, row, state, req, None))
+                std::sync::Mutex::new((si, row, state, None))
             })
             .collect();
         // Rows are sampled in parallel (each request's own generator: the same tokens whatever
@@ -171,22 +253,20 @@ impl ModelRunner {
         let mode = self.logprobs_mode;
         vllm_rs_kernels::pool::global().run(jobs.len(), &|i| {
             let mut job = jobs[i].lock().unwrap_or_else(|e| e.into_inner());
-            let (_, row, state, req, sampled) = &mut *job;
-            let ctx = SampleContext {
-                prompt: req.prompt_token_ids(),
-                output: req.output_token_ids(),
-                all_stop_token_ids: &state.all_stop_token_ids,
-                rng: &mut state.rng,
-            };
+            let (_, row, state, sampled) = &mut *job;
+            let (prompt, output) = state.token_ids.split_at(state.prompt_len);
+            let ctx =
+                SampleContext { prompt, output, all_stop_token_ids: &state.all_stop_token_ids, rng: &mut state.rng };
             *sampled = Some(sampler::sample(row, &state.params, ctx, mode));
         });
         for job in jobs {
-            let (si, _, state, req, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
+            let (si, _, state, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
             let (tok, lp) = sampled.expect("every job ran");
-            results[si].token = Some(tok);
+            state.token_ids.push(tok);
+            results[si].tokens.push(tok);
             results[si].logprobs = lp;
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
-                state.prompt_logprobs.resize(req.prompt_len, None);
+                state.prompt_logprobs.resize(state.prompt().len(), None);
                 results[si].prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
                 state.prompt_logprobs_sent = true;
             }

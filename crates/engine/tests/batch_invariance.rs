@@ -8,7 +8,10 @@
 //! divergence is accepted only where transformers itself has a near-tie (its top-2 margin is at
 //! most 1e-4 of the logit scale), as in crates/models/tests/parity_real.rs.
 
-use vllm_rs_engine::{EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams};
+use vllm_rs_core::KvCacheLayout;
+use vllm_rs_engine::{
+    EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, kv_blocks_per_request, kv_cache_layout,
+};
 use vllm_rs_testutil::{golden, hf_dir};
 
 struct Case {
@@ -40,10 +43,11 @@ fn cases(model: &str) -> Vec<Case> {
         .collect()
 }
 
-fn engine(model: &str, tune: impl FnOnce(&mut EngineConfig)) -> EngineCore {
+fn engine(model: &str, tune: impl FnOnce(&mut EngineConfig, &KvCacheLayout)) -> EngineCore {
     let lm = vllm_rs_models::load(&hf_dir(model)).expect("model loads");
     let mut cfg = EngineConfig::new(1024, 1024 / 16 * 40);
-    tune(&mut cfg);
+    let layout = kv_cache_layout(lm.model.as_ref(), cfg.block_size, true);
+    tune(&mut cfg, &layout);
     EngineCore::new(lm.model, cfg).expect("engine")
 }
 
@@ -89,7 +93,7 @@ fn batch_invariance(model: &str) {
     assert!(cases.len() >= 8, "{model}: goldens need at least 8 cases");
 
     // Alone: one request at a time.
-    let mut core = engine(model, |c| c.enable_prefix_caching = false);
+    let mut core = engine(model, |c, _| c.enable_prefix_caching = false);
     let mut alone = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let out = core.generate(vec![request(format!("alone{i}"), c)]).expect("generate").remove(0);
@@ -98,14 +102,14 @@ fn batch_invariance(model: &str) {
     }
 
     // A batch of 32 mixed-length requests.
-    let mut core = engine(model, |c| c.enable_prefix_caching = false);
+    let mut core = engine(model, |c, _| c.enable_prefix_caching = false);
     let (which, outs) = run_batch(&mut core, batch(&cases, 32));
     check("batch of 32", &alone, &which, &outs);
 
     // Chunked prefill with a tiny budget (every case once), then the same requests again against
     // a warm prefix cache.
     let n = cases.len();
-    let mut core = engine(model, |c| c.max_num_batched_tokens = 13);
+    let mut core = engine(model, |c, _| c.max_num_batched_tokens = 13);
     let (which, outs) = run_batch(&mut core, batch(&cases, n));
     check("chunked prefill", &alone, &which, &outs);
     // The cases may share a chat-template prefix, so some hits can happen already here.
@@ -121,14 +125,15 @@ fn batch_invariance(model: &str) {
 
     // Preemption: 16 requests and a cache that holds about four of them at full length.
     let longest = cases.iter().map(|c| c.prompt.len() + c.want.len()).max().unwrap();
-    let mut core = engine(model, |c| {
+    let mut core = engine(model, |c, layout| {
         c.max_model_len = longest + 1;
-        c.num_blocks = (longest + 1).div_ceil(16) * 4;
+        c.num_blocks = kv_blocks_per_request(layout, c.block_size, c.max_model_len, c.max_num_batched_tokens) * 4;
     });
     let (which, outs) = run_batch(&mut core, batch(&cases, 16));
     check("preemption", &alone, &which, &outs);
     assert!(core.stats.num_preemptions_total > 0, "the small cache must force preemption");
-    assert_eq!(core.scheduler.kv.pool.num_free_blocks(), core.config.num_blocks, "all blocks returned");
+    let null = usize::from(core.scheduler.kv.pool.has_null_block());
+    assert_eq!(core.scheduler.kv.pool.num_free_blocks() + null, core.config.num_blocks, "all blocks returned");
 }
 
 #[test]

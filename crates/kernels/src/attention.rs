@@ -55,24 +55,28 @@ impl KvDtype {
     }
 }
 
-/// K and V storage of one layer, as bytes of the cache's [`KvDtype`].
+/// K and V storage of one cache tensor (one layer's, or shared by the same-placed layers of
+/// several KV cache groups), as bytes of the cache's [`KvDtype`]. A slot holds one position's
+/// row of whatever width its layer has; every layer sharing a tensor has the same width.
 pub struct LayerKvCache {
     pub k: Vec<u8>,
     pub v: Vec<u8>,
     pub dtype: KvDtype,
 }
 
-/// The paged KV cache of every layer.
+/// The paged KV cache of a model: its tensors, and which tensor and KV cache group each layer
+/// uses (a group's layers share a block table per request; see `vllm_rs_core::KvCacheLayout`).
 pub struct KvCache {
     pub num_blocks: usize,
     pub block_size: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
     pub dtype: KvDtype,
-    pub layers: Vec<LayerKvCache>,
+    pub tensors: Vec<LayerKvCache>,
+    layer_tensor: Vec<usize>,
+    layer_group: Vec<usize>,
 }
 
 impl KvCache {
+    /// One group of `num_layers` alike layers, a tensor each.
     pub fn new(
         num_layers: usize,
         num_blocks: usize,
@@ -81,27 +85,53 @@ impl KvCache {
         head_dim: usize,
         dtype: KvDtype,
     ) -> Self {
-        let n = num_blocks * block_size * num_kv_heads * head_dim * dtype.size();
-        let layers = (0..num_layers).map(|_| LayerKvCache { k: vec![0; n], v: vec![0; n], dtype }).collect();
-        KvCache { num_blocks, block_size, num_kv_heads, head_dim, dtype, layers }
+        let row = num_kv_heads * head_dim;
+        let layers: Vec<usize> = (0..num_layers).collect();
+        KvCache::with_layout(num_blocks, block_size, dtype, &vec![row; num_layers], &layers, &vec![0; num_layers])
     }
 
-    /// Bytes of one block over all layers (K and V), for sizing the cache from a memory budget.
-    pub fn bytes_per_block(
-        num_layers: usize,
+    /// Tensors of `tensor_rows[i]` elements per position (K, and as many for V); layer `l`
+    /// reads and writes tensor `layer_tensor[l]` with the block tables of group `layer_group[l]`.
+    pub fn with_layout(
+        num_blocks: usize,
         block_size: usize,
-        num_kv_heads: usize,
-        head_dim: usize,
         dtype: KvDtype,
-    ) -> usize {
-        2 * num_layers * block_size * num_kv_heads * head_dim * dtype.size()
+        tensor_rows: &[usize],
+        layer_tensor: &[usize],
+        layer_group: &[usize],
+    ) -> Self {
+        let tensors = tensor_rows
+            .iter()
+            .map(|row| {
+                let n = num_blocks * block_size * row * dtype.size();
+                LayerKvCache { k: vec![0; n], v: vec![0; n], dtype }
+            })
+            .collect();
+        KvCache {
+            num_blocks,
+            block_size,
+            dtype,
+            tensors,
+            layer_tensor: layer_tensor.to_vec(),
+            layer_group: layer_group.to_vec(),
+        }
+    }
+
+    /// The storage layer `layer` attends over.
+    pub fn layer(&self, layer: usize) -> &LayerKvCache {
+        &self.tensors[self.layer_tensor[layer]]
+    }
+
+    /// The KV cache group of `layer` (which block tables and slot mapping it uses).
+    pub fn group_of(&self, layer: usize) -> usize {
+        self.layer_group[layer]
     }
 
     /// Writes the K/V rows of a batch (`[tokens × kv_heads × head_dim]`) into their slots.
     pub fn write(&mut self, layer: usize, slot_mapping: &[usize], k: &[f32], v: &[f32]) {
-        let row = self.num_kv_heads * self.head_dim;
+        let Some(row) = k.len().checked_div(slot_mapping.len()) else { return };
         let rb = row * self.dtype.size();
-        let cache = &mut self.layers[layer];
+        let cache = &mut self.tensors[self.layer_tensor[layer]];
         for (t, &slot) in slot_mapping.iter().enumerate() {
             self.dtype.store(&mut cache.k[slot * rb..(slot + 1) * rb], &k[t * row..(t + 1) * row]);
             self.dtype.store(&mut cache.v[slot * rb..(slot + 1) * rb], &v[t * row..(t + 1) * row]);
@@ -780,7 +810,7 @@ mod tests {
             cache.write(0, &slots, &k[done * r..(done + len) * r], &v[done * r..(done + len) * r]);
             let seq = SeqAttention { query_start: 0, query_len: len, seq_len: done + len, block_table: &table };
             let o = &mut out[done * qr..(done + len) * qr];
-            paged_attention_on(tier, &q[done * qr..(done + len) * qr], &cache.layers[0], bs, &[seq], params, o);
+            paged_attention_on(tier, &q[done * qr..(done + len) * qr], cache.layer(0), bs, &[seq], params, o);
             done += len;
         }
         out
@@ -879,10 +909,10 @@ mod tests {
         };
         let all: Vec<_> = (0..n_seqs).map(|s| seq(s, s)).collect();
         let mut batched = vec![0f32; n_seqs * qr];
-        paged_attention(&q, &cache.layers[0], bs, &all, &params, &mut batched);
+        paged_attention(&q, cache.layer(0), bs, &all, &params, &mut batched);
         for s in 0..n_seqs {
             let mut alone = vec![0f32; qr];
-            paged_attention(&q[s * qr..(s + 1) * qr], &cache.layers[0], bs, &[seq(s, 0)], &params, &mut alone);
+            paged_attention(&q[s * qr..(s + 1) * qr], cache.layer(0), bs, &[seq(s, 0)], &params, &mut alone);
             assert_eq!(alone, batched[s * qr..(s + 1) * qr], "request {s}");
         }
     }

@@ -1,7 +1,7 @@
 //! Developer tool: greedy-decode from token ids with a contiguous cache.
 //! `cargo run --example greedy -- MODEL N ID...`
 use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
-use vllm_rs_models::ForwardBatch;
+use vllm_rs_models::{ForwardBatch, GroupBatch};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -24,8 +24,15 @@ fn main() {
         let batch = ForwardBatch {
             input_ids: new,
             positions: &positions,
-            slot_mapping: &slots,
-            seqs: vec![SeqAttention { query_start: 0, query_len: new.len(), seq_len: ids.len(), block_table: &table }],
+            groups: vec![GroupBatch {
+                slot_mapping: &slots,
+                seqs: vec![SeqAttention {
+                    query_start: 0,
+                    query_len: new.len(),
+                    seq_len: ids.len(),
+                    block_table: &table,
+                }],
+            }],
             logits_indices: &last,
         };
         let logits = lm.model.forward(&batch, &mut kv);

@@ -8,12 +8,18 @@ pub struct ForwardBatch<'a> {
     pub input_ids: &'a [u32],
     /// Position of each row's token in its request.
     pub positions: &'a [u32],
-    /// Cache slot (`block * block_size + offset`) each row's K/V is written to.
-    pub slot_mapping: &'a [usize],
-    /// Per request: its rows (`query_start_loc`), `seq_lens` and block table.
-    pub seqs: Vec<SeqAttention<'a>>,
+    /// Per KV cache group (see `KvCache::group_of`): where rows write and what they attend.
+    pub groups: Vec<GroupBatch<'a>>,
     /// Rows whose logits are wanted (usually each request's last row).
     pub logits_indices: &'a [usize],
+}
+
+/// One KV cache group's view of the batch.
+pub struct GroupBatch<'a> {
+    /// Cache slot (`block * block_size + offset`) each row's K/V is written to.
+    pub slot_mapping: &'a [usize],
+    /// Per request: its rows (`query_start_loc`), `seq_lens` and this group's block table.
+    pub seqs: Vec<SeqAttention<'a>>,
 }
 
 impl ForwardBatch<'_> {

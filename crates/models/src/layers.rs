@@ -148,9 +148,10 @@ impl Attention {
                 ops::rope(k, hd, rope, t0 + i, self.rope_interleaved);
             }
         });
-        kv.write(layer, batch.slot_mapping, k, v);
+        let group = &batch.groups[kv.group_of(layer)];
+        kv.write(layer, group.slot_mapping, k, v);
         attn.resize(n * qr, 0.0);
-        paged_attention(q, &kv.layers[layer], kv.block_size, &batch.seqs, &self.params, attn);
+        paged_attention(q, kv.layer(layer), kv.block_size, &group.seqs, &self.params, attn);
         self.o_proj.forward(attn, n, out);
     }
 }

@@ -11,7 +11,7 @@ pub mod llama;
 pub mod model;
 pub mod registry;
 
-pub use batch::ForwardBatch;
+pub use batch::{ForwardBatch, GroupBatch};
 pub use error::{Error, Result};
 pub use model::{Model, ModelInfo};
 

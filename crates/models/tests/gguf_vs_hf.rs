@@ -18,7 +18,7 @@ mod common;
 use common::files::{scratch_dir, tiny_llama_gguf};
 use common::{BLOCK_SIZE, argmax, greedy, ids, rel_max_diff};
 use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
-use vllm_rs_models::{ForwardBatch, Model};
+use vllm_rs_models::{ForwardBatch, GroupBatch, Model};
 use vllm_rs_testutil::{gguf_path, golden, hf_dir, test_data};
 
 /// Measured here (96 teacher-forced steps per model): worst 0.86% (smollm2), 0.64% (qwen05),
@@ -60,8 +60,10 @@ fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
     let batch = ForwardBatch {
         input_ids: seq,
         positions: &positions,
-        slot_mapping: &slots,
-        seqs: vec![SeqAttention { query_start: 0, query_len: seq.len(), seq_len: seq.len(), block_table: &table }],
+        groups: vec![GroupBatch {
+            slot_mapping: &slots,
+            seqs: vec![SeqAttention { query_start: 0, query_len: seq.len(), seq_len: seq.len(), block_table: &table }],
+        }],
         logits_indices: rows,
     };
     model.forward(&batch, &mut kv)

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
-use vllm_rs_models::{ForwardBatch, Model};
+use vllm_rs_models::{ForwardBatch, GroupBatch, Model};
 
 /// Tokens per cache block in these tests: small, so sequences span several blocks.
 pub const BLOCK_SIZE: usize = 16;
@@ -64,8 +64,10 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
         let batch = ForwardBatch {
             input_ids: new,
             positions: &positions,
-            slot_mapping: &slots,
-            seqs: vec![SeqAttention { query_start: 0, query_len: new.len(), seq_len: end, block_table: &table }],
+            groups: vec![GroupBatch {
+                slot_mapping: &slots,
+                seqs: vec![SeqAttention { query_start: 0, query_len: new.len(), seq_len: end, block_table: &table }],
+            }],
             logits_indices: &last,
         };
         let logits = model.forward(&batch, &mut kv);
@@ -124,8 +126,7 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
         let batch = ForwardBatch {
             input_ids: &input,
             positions: &positions,
-            slot_mapping: &slots,
-            seqs,
+            groups: vec![GroupBatch { slot_mapping: &slots, seqs }],
             logits_indices: &last,
         };
         let logits = model.forward(&batch, &mut kv);
