@@ -1,6 +1,7 @@
 //! Engine options shared by `serve`, `generate` and `bench`, named as vLLM names them.
 
 use clap::{Args, ValueEnum};
+use vllm_rs_engine::SpeculativeConfig;
 
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
@@ -44,6 +45,14 @@ pub struct EngineArgs {
     /// KV cache manager. Costs memory; for comparisons.
     #[arg(long)]
     pub disable_hybrid_kv_cache_manager: bool,
+
+    /// Speculative decoding, as vLLM's flag takes it: JSON
+    /// (`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`) or
+    /// `key=value,...`. Methods: `ngram` (prompt lookup in the request's own tokens; no extra
+    /// weights). Greedy output is unchanged; sampled output keeps its distribution.
+    /// `disable_by_batch_size: N` proposes no drafts while more than N requests run.
+    #[arg(long, value_parser = SpeculativeConfig::parse)]
+    pub speculative_config: Option<SpeculativeConfig>,
 
     /// Use exactly this many KV cache blocks (overrides --kv-cache-memory).
     #[arg(long)]

@@ -76,6 +76,7 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
         cfg.max_num_batched_tokens = n;
     }
     cfg.disable_hybrid_kv_cache_manager = args.disable_hybrid_kv_cache_manager;
+    cfg.speculative_config = args.speculative_config.clone();
     let layout = kv_cache_layout(lm.model.as_ref(), block_size, !cfg.disable_hybrid_kv_cache_manager);
     let per_block = kv_bytes_per_block(&layout, kv_dtype);
     let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;

@@ -68,6 +68,9 @@ pub struct Request {
     /// Prompt tokens served from the prefix cache at first scheduling (for usage reporting).
     pub num_cached_tokens: Option<usize>,
     pub num_preemptions: usize,
+    /// Draft tokens proposed for the next step (speculative decoding): scheduled after the
+    /// known tokens and verified by the model; not part of `all_token_ids`.
+    pub spec_token_ids: Vec<u32>,
 }
 
 impl Request {
@@ -87,6 +90,7 @@ impl Request {
             skip_reading_prefix_cache: false,
             num_cached_tokens: None,
             num_preemptions: 0,
+            spec_token_ids: Vec::new(),
         }
     }
 

@@ -54,6 +54,9 @@ pub struct ScheduledRequest {
     pub new_block_ids: GroupBlockIds,
     /// This step reaches the end of the known tokens, so a new token is sampled.
     pub sample: bool,
+    /// Draft tokens scheduled after the known ones (their positions follow; the model checks
+    /// them and the step returns the accepted ones plus one more).
+    pub spec_token_ids: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -163,7 +166,8 @@ impl Scheduler {
         while i < self.running.len() && budget > 0 {
             let id = self.running[i].clone();
             let req = &self.requests[&id];
-            let mut n = req.num_tokens() - req.num_computed_tokens;
+            // Draft tokens count in the budget like any other (vLLM's rule); a cut drops the tail.
+            let mut n = req.num_tokens() + req.spec_token_ids.len() - req.num_computed_tokens;
             if threshold > 0 {
                 n = n.min(threshold);
             }
@@ -247,6 +251,9 @@ impl Scheduler {
             let start = req.num_computed_tokens;
             req.num_computed_tokens += n;
             out.num_batched_tokens += n;
+            let num_drafts = (start + n).saturating_sub(req.num_tokens());
+            let mut spec_token_ids = std::mem::take(&mut req.spec_token_ids);
+            spec_token_ids.truncate(num_drafts);
             let tables = self.kv.block_ids(&id);
             let (new_prompt_token_ids, resumed_from_preemption, sent) = match self.sent_blocks.get_mut(&id) {
                 Some(sent) => (None, false, sent),
@@ -267,7 +274,8 @@ impl Scheduler {
                 new_prompt_token_ids,
                 resumed_from_preemption,
                 new_block_ids,
-                sample: req.num_computed_tokens == req.num_tokens(),
+                sample: req.num_computed_tokens >= req.num_tokens(),
+                spec_token_ids,
                 request_id: id,
             });
         }
@@ -293,6 +301,7 @@ impl Scheduler {
         let req = self.requests.get_mut(id).expect("preempted request exists");
         req.status = RequestStatus::Preempted;
         req.num_computed_tokens = 0;
+        req.spec_token_ids.clear();
         req.num_preemptions += 1;
         self.num_preemptions += 1;
         self.enqueue_waiting(id.to_string(), true);
@@ -313,6 +322,9 @@ impl Scheduler {
             if req.is_finished() {
                 continue;
             }
+            // Rejected drafts' positions were computed for nothing: their K/V is overwritten later.
+            let rejected = s.spec_token_ids.len() + 1 - toks.len().min(s.spec_token_ids.len() + 1);
+            req.num_computed_tokens -= rejected;
             let mut new_token_ids = Vec::with_capacity(toks.len());
             let mut finish = None;
             for &tok in toks {
@@ -335,6 +347,14 @@ impl Scheduler {
             }
         }
         updates
+    }
+
+    /// Sets the draft tokens a request will have verified in the next step (dropped for
+    /// requests no longer running).
+    pub fn set_spec_token_ids(&mut self, request_id: &str, drafts: Vec<u32>) {
+        if let Some(req) = self.requests.get_mut(request_id).filter(|r| r.status == RequestStatus::Running) {
+            req.spec_token_ids = drafts;
+        }
     }
 
     /// Ends requests (abort, or a stop string found by the frontend); frees their blocks.

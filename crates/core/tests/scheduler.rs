@@ -336,3 +336,34 @@ fn a_thousand_random_requests_with_aborts_leave_no_leaks() {
     }
     assert!(s.num_preemptions > 0, "the pool is small enough to preempt");
 }
+
+#[test]
+fn draft_tokens_are_scheduled_verified_and_rolled_back() {
+    let mut s = Scheduler::new(config(100, 6));
+    s.add_request(request("a", prompt(1, 5), 50));
+    step(&mut s); // the prompt and the first token
+    let before = s.request("a").unwrap().num_tokens();
+    s.set_spec_token_ids("a", vec![5, 6, 7]);
+    let out = s.schedule();
+    let r = &out.scheduled[0];
+    assert_eq!((r.num_scheduled_tokens, r.spec_token_ids.clone(), r.sample), (4, vec![5, 6, 7], true));
+    // One draft accepted, then the model's own next token: the two rejected drafts' positions
+    // no longer count as computed.
+    let ups = s.update_from_output(&out, &[vec![5, 9]]);
+    assert_eq!(ups[0].new_token_ids, vec![5, 9]);
+    let req = s.request("a").unwrap();
+    assert_eq!(req.num_tokens(), before + 2);
+    assert_eq!(req.num_computed_tokens, req.num_tokens() - 1);
+    assert!(req.spec_token_ids.is_empty(), "drafts are used once");
+    s.check_invariants().unwrap();
+    // A budget of 6 tokens keeps the known token and the first five drafts of eight.
+    s.set_spec_token_ids("a", (0..8).collect());
+    let out = s.schedule();
+    assert_eq!(out.scheduled[0].spec_token_ids, vec![0, 1, 2, 3, 4]);
+    // All drafts rejected: the step still yields the model's token.
+    s.update_from_output(&out, &[vec![42]]);
+    let req = s.request("a").unwrap();
+    assert_eq!(req.num_computed_tokens, req.num_tokens() - 1);
+    assert_eq!(req.output_token_ids().last(), Some(&42));
+    s.check_invariants().unwrap();
+}

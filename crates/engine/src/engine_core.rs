@@ -27,6 +27,8 @@ pub struct EngineConfig {
     pub logprobs_mode: LogprobsMode,
     /// Element type of the KV cache.
     pub kv_cache_dtype: KvDtype,
+    /// Speculative decoding (`--speculative-config`), if on.
+    pub speculative_config: Option<crate::speculative::SpeculativeConfig>,
     /// Keep every position of sliding-window layers too (one group of full-attention layers;
     /// vLLM's `--disable-hybrid-kv-cache-manager`).
     pub disable_hybrid_kv_cache_manager: bool,
@@ -52,6 +54,7 @@ impl EngineConfig {
             logprobs_mode: LogprobsMode::RawLogprobs,
             kv_cache_dtype: KvDtype::F32,
             disable_hybrid_kv_cache_manager: false,
+            speculative_config: None,
             eos_token_id: None,
             generation_eos_ids: Vec::new(),
         }
@@ -162,7 +165,8 @@ impl EngineCore {
             kv_cache_layout: layout.clone(),
         });
         let runner = ModelRunner::new(model, &config, &layout);
-        Ok(EngineCore { config, scheduler, runner, stats: EngineStats::default() })
+        let stats = EngineStats { spec_decode_enabled: config.speculative_config.is_some(), ..Default::default() };
+        Ok(EngineCore { config, scheduler, runner, stats })
     }
 
     pub fn model(&self) -> &dyn Model {
@@ -244,12 +248,20 @@ impl EngineCore {
             })
             .collect();
         let sampled: Vec<Vec<u32>> = results.iter_mut().map(|r| std::mem::take(&mut r.tokens)).collect();
+        self.stats.record_spec_decode(&out, &sampled);
         let updates = self.scheduler.update_from_output(&out, &sampled);
         let mut outputs = Vec::with_capacity(updates.len());
         let mut results: std::collections::HashMap<&str, _> =
             out.scheduled.iter().map(|s| s.request_id.as_str()).zip(results).collect();
+        let mut generated = 0;
         for u in updates {
-            let r = results.remove(u.request_id.as_str()).unwrap_or_default();
+            let mut r = results.remove(u.request_id.as_str()).unwrap_or_default();
+            generated += u.new_token_ids.len();
+            // A stop inside the accepted tokens drops the rest, and their logprobs with them.
+            r.logprobs.truncate(u.new_token_ids.len());
+            if u.finish_reason.is_none() {
+                self.scheduler.set_spec_token_ids(&u.request_id, std::mem::take(&mut r.spec_token_ids));
+            }
             let (num_prompt_tokens, num_cached_tokens, first) = meta.get(&u.request_id).copied().unwrap_or_default();
             if first {
                 self.stats.record_prefill(num_prompt_tokens, num_cached_tokens);
@@ -260,7 +272,7 @@ impl EngineCore {
             }
             outputs.push(RequestOutput {
                 new_token_ids: u.new_token_ids,
-                logprobs: r.logprobs.into_iter().collect(),
+                logprobs: r.logprobs,
                 prompt_logprobs: r.prompt_logprobs,
                 finish_reason: u.finish_reason,
                 stop_token: u.stop_token,
@@ -269,7 +281,7 @@ impl EngineCore {
                 request_id: u.request_id,
             });
         }
-        self.stats.record_step(&out, &self.scheduler, outputs.len(), t0.elapsed());
+        self.stats.record_step(&out, &self.scheduler, generated, t0.elapsed());
         outputs
     }
 

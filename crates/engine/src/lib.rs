@@ -5,6 +5,7 @@ pub mod handle;
 pub mod runner;
 pub mod sampler;
 pub mod sampling_params;
+pub mod speculative;
 pub mod stats;
 
 pub use engine_core::{
@@ -14,6 +15,7 @@ pub use engine_core::{
 pub use handle::{EngineHandle, RequestStream};
 pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
+pub use speculative::SpeculativeConfig;
 pub use stats::EngineStats;
 pub use vllm_rs_core::{FinishReason, SchedulingPolicy};
 pub use vllm_rs_kernels::attention::KvDtype;

@@ -3,6 +3,7 @@
 use crate::engine_core::EngineConfig;
 use crate::sampler::{self, SampleContext, TokenLogprobs};
 use crate::sampling_params::{LogprobsMode, SamplingParams};
+use crate::speculative::SpeculativeConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
@@ -49,10 +50,12 @@ impl RequestState {
 /// What one scheduled request got out of a step.
 #[derive(Debug, Default)]
 pub struct StepResult {
-    /// The new tokens (one when a token was sampled; several once speculative decoding
-    /// accepts more than one).
+    /// The new tokens: none (a prefill chunk), one, or the accepted drafts and one more.
     pub tokens: Vec<u32>,
-    pub logprobs: Option<TokenLogprobs>,
+    /// One entry per new token when `logprobs` was requested.
+    pub logprobs: Vec<TokenLogprobs>,
+    /// Drafts proposed for the next step (speculative decoding).
+    pub spec_token_ids: Vec<u32>,
     /// Every prompt position's logprobs, once the whole prompt has been computed.
     pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
 }
@@ -63,6 +66,8 @@ pub struct ModelRunner {
     states: HashMap<String, RequestState>,
     logprobs_mode: LogprobsMode,
     num_kv_groups: usize,
+    speculative: Option<SpeculativeConfig>,
+    max_model_len: usize,
     /// The flat batch of the last step (kept for its allocations).
     batch: FlatBatch,
     /// The last step's logits (kept for its allocation).
@@ -115,6 +120,8 @@ impl ModelRunner {
             states: HashMap::new(),
             logprobs_mode: c.logprobs_mode,
             num_kv_groups: layout.groups.len(),
+            speculative: c.speculative_config.clone(),
+            max_model_len: c.max_model_len,
             batch: FlatBatch::default(),
             logits: Vec::new(),
         }
@@ -159,7 +166,9 @@ impl ModelRunner {
             let start_row = b.input_ids.len();
             let (start, n) = (s.num_computed_tokens, s.num_scheduled_tokens);
             b.query_start_loc.push(start_row);
-            b.input_ids.extend_from_slice(&state.token_ids[start..start + n]);
+            let known = n - s.spec_token_ids.len();
+            b.input_ids.extend_from_slice(&state.token_ids[start..start + known]);
+            b.input_ids.extend_from_slice(&s.spec_token_ids);
             for pos in start..start + n {
                 b.positions.push(pos as u32);
                 for (slots, table) in b.slot_mapping.iter_mut().zip(&state.block_ids) {
@@ -178,8 +187,11 @@ impl ModelRunner {
                 }
             }
             if s.sample {
-                b.logits_indices.push(start_row + n - 1);
-                b.logits_rows.push((si, None, true));
+                // The last known token's row, then one row per draft.
+                for row in start_row + known - 1..start_row + n {
+                    b.logits_indices.push(row);
+                    b.logits_rows.push((si, None, true));
+                }
             }
         }
     }
@@ -221,7 +233,8 @@ impl ModelRunner {
         };
         self.model.forward_into(&batch, &mut self.kv, &mut self.logits);
         let vocab = self.model.info().vocab_size;
-        let mut samples = Vec::new();
+        // Each sampling request's rows: its last known token's, then one per draft.
+        let mut samples: Vec<(usize, Vec<&mut [f32]>)> = Vec::new();
         for (row, &(si, prompt_pos, is_sample)) in self.logits.chunks_exact_mut(vocab).zip(&self.batch.logits_rows) {
             let s = &out.scheduled[si];
             if let Some(p) = prompt_pos {
@@ -235,17 +248,20 @@ impl ModelRunner {
                 state.prompt_logprobs[p] = Some(sampler::gather_logprobs(&lp, target, k));
             }
             if is_sample {
-                samples.push((si, row));
+                match samples.last_mut() {
+                    Some((last, rows)) if *last == si => rows.push(row),
+                    _ => samples.push((si, vec![row])),
+                }
             }
         }
         let mut states: HashMap<&str, &mut RequestState> =
             self.states.iter_mut().map(|(k, v)| (k.as_str(), v)).collect();
         let jobs: Vec<_> = samples
             .into_iter()
-            .map(|(si, row)| {
+            .map(|(si, rows)| {
                 let id = out.scheduled[si].request_id.as_str();
                 let state = states.remove(id).expect("a request samples once a step");
-                std::sync::Mutex::new((si, row, state, None))
+                std::sync::Mutex::new((si, rows, state, Vec::new()))
             })
             .collect();
         // Rows are sampled in parallel (each request's own generator: the same tokens whatever
@@ -253,24 +269,56 @@ impl ModelRunner {
         let mode = self.logprobs_mode;
         vllm_rs_kernels::pool::global().run(jobs.len(), &|i| {
             let mut job = jobs[i].lock().unwrap_or_else(|e| e.into_inner());
-            let (_, row, state, sampled) = &mut *job;
-            let (prompt, output) = state.token_ids.split_at(state.prompt_len);
-            let ctx =
-                SampleContext { prompt, output, all_stop_token_ids: &state.all_stop_token_ids, rng: &mut state.rng };
-            *sampled = Some(sampler::sample(row, &state.params, ctx, mode));
+            let (si, rows, state, sampled) = &mut *job;
+            let drafts = &out.scheduled[*si].spec_token_ids;
+            *sampled = verify(rows, drafts, state, mode);
         });
+        // Drafts for the next step, unless the batch is too large for them to pay.
+        let spec =
+            self.speculative.as_ref().filter(|c| c.disable_by_batch_size.is_none_or(|m| out.scheduled.len() <= m));
         for job in jobs {
             let (si, _, state, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
-            let (tok, lp) = sampled.expect("every job ran");
-            state.token_ids.push(tok);
-            results[si].tokens.push(tok);
-            results[si].logprobs = lp;
+            let r = &mut results[si];
+            for (tok, lp) in sampled {
+                r.tokens.push(tok);
+                r.logprobs.extend(lp);
+            }
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
                 state.prompt_logprobs.resize(state.prompt().len(), None);
-                results[si].prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
+                r.prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
                 state.prompt_logprobs_sent = true;
+            }
+            if let Some(c) = spec {
+                // Never past max_tokens or the context: the last token of either is the model's.
+                let left = state.params.max_tokens.saturating_sub(state.token_ids.len() - state.prompt_len);
+                let room = self.max_model_len.saturating_sub(state.token_ids.len());
+                r.spec_token_ids = c.propose(&state.token_ids, left.min(room).saturating_sub(1));
             }
         }
         results
     }
+}
+
+/// Samples a request's rows in order, appending each token to its tokens: the first row's
+/// token always; each later row's only while the previous draft was kept (a row after a
+/// rejected draft saw a token that is not the request's).
+fn verify(
+    rows: &mut [&mut [f32]],
+    drafts: &[u32],
+    state: &mut RequestState,
+    mode: LogprobsMode,
+) -> Vec<(u32, Option<TokenLogprobs>)> {
+    let mut out = Vec::with_capacity(rows.len());
+    for (j, row) in rows.iter_mut().enumerate() {
+        let draft = drafts.get(j).copied();
+        let (prompt, output) = state.token_ids.split_at(state.prompt_len);
+        let ctx = SampleContext { prompt, output, all_stop_token_ids: &state.all_stop_token_ids, rng: &mut state.rng };
+        let (tok, lp) = sampler::sample_checking_draft(row, &state.params, ctx, mode, draft);
+        state.token_ids.push(tok);
+        out.push((tok, lp));
+        if draft != Some(tok) {
+            break;
+        }
+    }
+    out
 }

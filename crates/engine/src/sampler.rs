@@ -36,6 +36,21 @@ pub fn sample(
     ctx: SampleContext,
     mode: LogprobsMode,
 ) -> (u32, Option<TokenLogprobs>) {
+    sample_checking_draft(logits, p, ctx, mode, None)
+}
+
+/// [`sample`] at a position where speculative decoding proposed `draft`. Greedy requests take
+/// the argmax as always (the draft survives when it equals it). Sampled requests accept the
+/// draft with its probability under the processed distribution and otherwise draw from that
+/// distribution with the draft removed: rejection sampling against a one-hot draft
+/// distribution (vLLM's for n-gram drafts), so the token keeps the target distribution.
+pub fn sample_checking_draft(
+    logits: &mut [f32],
+    p: &SamplingParams,
+    ctx: SampleContext,
+    mode: LogprobsMode,
+    draft: Option<u32>,
+) -> (u32, Option<TokenLogprobs>) {
     let mut report: Option<Vec<f32>> = match (p.logprobs, mode) {
         (Some(_), LogprobsMode::RawLogprobs) => Some(log_softmax(logits)),
         (Some(_), LogprobsMode::RawLogits) => Some(logits.to_vec()),
@@ -50,10 +65,24 @@ pub fn sample(
         apply_min_p(logits, p.min_p);
         apply_top_k_top_p(logits, p.top_k, p.top_p);
         set_processed(&mut report, logits, p, mode);
-        sample_from_logits(logits, ctx.rng)
+        match draft {
+            Some(d) if ctx.rng.random::<f64>() < probability(logits, d) => d,
+            Some(d) => {
+                logits[d as usize] = f32::NEG_INFINITY;
+                sample_from_logits(logits, ctx.rng)
+            }
+            None => sample_from_logits(logits, ctx.rng),
+        }
     };
     let lp = report.map(|r| gather_logprobs(&r, token, p.logprobs.unwrap_or(0)));
     (token, lp)
+}
+
+/// `softmax(logits)[token]`.
+fn probability(logits: &[f32], token: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let total: f64 = logits.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    ((logits[token as usize] - max) as f64).exp() / total
 }
 
 fn set_processed(report: &mut Option<Vec<f32>>, logits: &[f32], p: &SamplingParams, mode: LogprobsMode) {
@@ -245,6 +274,60 @@ mod tests {
 
     fn ctx<'a>(prompt: &'a [u32], output: &'a [u32], stops: &'a [u32], rng: &'a mut ChaCha8Rng) -> SampleContext<'a> {
         SampleContext { prompt, output, all_stop_token_ids: stops, rng }
+    }
+
+    /// Chi-square statistic of `counts` against probabilities `p`.
+    fn chi_square(counts: &[u64], p: &[f64]) -> f64 {
+        let n: u64 = counts.iter().sum();
+        counts.iter().zip(p).map(|(&c, &q)| (c as f64 - n as f64 * q).powi(2) / (n as f64 * q)).sum()
+    }
+
+    #[test]
+    fn draft_verification_keeps_the_target_distribution() {
+        // As vLLM tests its rejection sampler: a fixed logit vector, many seeded draws, the
+        // tokens a step emits against softmax(logits / T), for 1 to 5 drafts, drafts likely and
+        // unlikely. Each step's first token and (when the first draft survived) its second are
+        // checked; both must follow the target distribution whatever the drafts were.
+        let logits = [1.2f32, 0.3, -0.5, 2.0, 0.0, -1.5];
+        let params = SamplingParams { temperature: 0.8, ..SamplingParams::greedy() };
+        let scaled: Vec<f64> = logits.iter().map(|&l| (l / 0.8) as f64).collect();
+        let z: f64 = scaled.iter().map(|l| l.exp()).sum();
+        let target: Vec<f64> = scaled.iter().map(|l| l.exp() / z).collect();
+        // 5 degrees of freedom: P(chi² > 25.7) = 1e-4; the draws are seeded, so no flakes.
+        const CRITICAL: f64 = 25.7;
+        for k in 1..=5usize {
+            let drafts: Vec<u32> = (0..k as u32).map(|j| [3, 5, 0, 3, 2][j as usize]).collect();
+            let (mut first, mut second) = (vec![0u64; 6], vec![0u64; 6]);
+            for seed in 0..20_000u64 {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed * 7 + k as u64);
+                let mut emitted = vec![];
+                for j in 0..=k {
+                    let mut row = logits.to_vec();
+                    let (tok, _) = sample_checking_draft(
+                        &mut row,
+                        &params,
+                        ctx(&[], &[], &[], &mut rng),
+                        LogprobsMode::RawLogprobs,
+                        drafts.get(j).copied(),
+                    );
+                    emitted.push(tok);
+                    if drafts.get(j) != Some(&tok) {
+                        break;
+                    }
+                }
+                first[emitted[0] as usize] += 1;
+                if emitted.len() > 1 {
+                    second[emitted[1] as usize] += 1;
+                }
+            }
+            for (what, counts) in [("first", &first), ("second", &second)] {
+                let c = chi_square(counts, &target);
+                assert!(c < CRITICAL, "k = {k}: {what} tokens {counts:?} do not follow {target:?} (chi² {c:.1})");
+            }
+        }
+        // And a wrong sampler fails it: always accepting the draft.
+        let biased = [0u64, 0, 0, 20_000, 0, 0];
+        assert!(chi_square(&biased, &target) > CRITICAL);
     }
 
     #[test]

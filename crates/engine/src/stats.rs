@@ -28,6 +28,15 @@ pub struct EngineStats {
     pub finished_abort: u64,
     pub num_steps: u64,
     pub busy_seconds: f64,
+    /// `vllm:spec_decode_num_drafts` (steps in which a request had drafts verified),
+    /// `vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens`.
+    pub spec_decode_num_drafts: u64,
+    pub spec_decode_num_draft_tokens: u64,
+    pub spec_decode_num_accepted_tokens: u64,
+    /// `vllm:spec_decode_num_accepted_tokens_per_pos`: accepted drafts at each draft position.
+    pub spec_decode_accepted_per_pos: Vec<u64>,
+    /// Whether speculative decoding is on (its metrics are shown then, as vLLM).
+    pub spec_decode_enabled: bool,
 }
 
 impl EngineStats {
@@ -40,6 +49,25 @@ impl EngineStats {
         if !out.scheduled.is_empty() {
             self.num_steps += 1;
             self.busy_seconds += took.as_secs_f64();
+        }
+    }
+
+    /// Counts drafts and accepted drafts: a request's step returns the accepted drafts plus
+    /// one token of the model's own.
+    pub fn record_spec_decode(&mut self, out: &SchedulerOutput, sampled: &[Vec<u32>]) {
+        for (s, toks) in out.scheduled.iter().zip(sampled) {
+            let drafts = s.spec_token_ids.len();
+            if drafts == 0 || toks.is_empty() {
+                continue;
+            }
+            let accepted = toks.len() - 1;
+            self.spec_decode_num_drafts += 1;
+            self.spec_decode_num_draft_tokens += drafts as u64;
+            self.spec_decode_num_accepted_tokens += accepted as u64;
+            if self.spec_decode_accepted_per_pos.len() < drafts {
+                self.spec_decode_accepted_per_pos.resize(drafts, 0);
+            }
+            self.spec_decode_accepted_per_pos.iter_mut().take(accepted).for_each(|c| *c += 1);
         }
     }
 

@@ -280,6 +280,9 @@ impl Metrics {
             "Number of generation tokens processed.",
             s.generation_tokens_total as f64,
         );
+        if s.spec_decode_enabled {
+            render_spec_decode(&mut out, l, s);
+        }
         header(&mut out, "vllm:request_success", "Count of successfully processed requests.", "counter");
         for (i, reason) in ["stop", "length", "abort"].iter().enumerate() {
             let v = self.success[i].load(Ordering::Relaxed);
@@ -319,6 +322,23 @@ pub fn render_process(out: &mut String, start_time_unix: f64) {
     }
     header(out, "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "gauge");
     let _ = writeln!(out, "process_start_time_seconds {}", float(start_time_unix));
+}
+
+/// vLLM's speculative decoding counters (shown when `--speculative-config` is set).
+fn render_spec_decode(out: &mut String, l: &str, s: &EngineStats) {
+    for (name, help, v) in [
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", s.spec_decode_num_drafts),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", s.spec_decode_num_draft_tokens),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", s.spec_decode_num_accepted_tokens),
+    ] {
+        header(out, name, help, "counter");
+        let _ = writeln!(out, "{name}_total{{{l}}} {}", float(v as f64));
+    }
+    let name = "vllm:spec_decode_num_accepted_tokens_per_pos";
+    header(out, name, "Accepted tokens per draft position.", "counter");
+    for (pos, v) in s.spec_decode_accepted_per_pos.iter().enumerate() {
+        let _ = writeln!(out, "{name}_total{{{l},position=\"{pos}\"}} {}", float(*v as f64));
+    }
 }
 
 #[cfg(test)]

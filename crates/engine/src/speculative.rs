@@ -1,0 +1,144 @@
+//! Speculative decoding: `--speculative-config` as vLLM takes it, and the n-gram proposer
+//! (prompt lookup). Drafts are verified by the target model in the next step; the runner
+//! returns the accepted drafts plus the model's own next token (see
+//! [`crate::sampler::sample_checking_draft`]).
+
+use serde::Deserialize;
+
+/// vLLM's `SpeculativeConfig`, the fields that apply to the methods implemented here.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeConfig {
+    /// `ngram` (prompt lookup, no extra weights).
+    pub method: String,
+    /// Draft tokens proposed per step.
+    pub num_speculative_tokens: usize,
+    /// Shortest and longest suffix n-gram looked up in the request's own tokens.
+    #[serde(default = "one")]
+    pub prompt_lookup_min: usize,
+    #[serde(default = "five")]
+    pub prompt_lookup_max: usize,
+    /// No drafts while more requests than this run (verification then costs more compute than
+    /// it saves: decode at that batch size is no longer bound by weight reads).
+    #[serde(default)]
+    pub disable_by_batch_size: Option<usize>,
+}
+
+fn one() -> usize {
+    1
+}
+fn five() -> usize {
+    5
+}
+
+/// The most draft tokens one step may verify per request.
+pub const MAX_SPECULATIVE_TOKENS: usize = 32;
+
+impl SpeculativeConfig {
+    /// Parses `--speculative-config`: a JSON object, or `key=value` pairs separated by commas
+    /// (`method=ngram,num_speculative_tokens=4`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let json = if text.trim_start().starts_with('{') {
+            serde_json::from_str::<serde_json::Value>(text).map_err(|e| format!("not valid JSON: {e}"))?
+        } else {
+            let mut map = serde_json::Map::new();
+            for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
+                let (k, v) = pair.split_once('=').ok_or_else(|| format!("{pair:?} is not key=value"))?;
+                let v = v.trim();
+                let value = v.parse::<u64>().map(serde_json::Value::from).unwrap_or_else(|_| v.into());
+                map.insert(k.trim().to_string(), value);
+            }
+            map.into()
+        };
+        let c: SpeculativeConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match self.method.as_str() {
+            "ngram" => {}
+            "draft_model" | "eagle" | "eagle3" | "mtp" | "medusa" | "mlp_speculator" | "suffix" => {
+                return Err(format!("method {:?} is not implemented yet; available: ngram", self.method));
+            }
+            m => return Err(format!("unknown method {m:?}; available: ngram")),
+        }
+        if !(1..=MAX_SPECULATIVE_TOKENS).contains(&self.num_speculative_tokens) {
+            return Err(format!(
+                "num_speculative_tokens must be between 1 and {MAX_SPECULATIVE_TOKENS}, got {}",
+                self.num_speculative_tokens
+            ));
+        }
+        if self.prompt_lookup_min == 0 || self.prompt_lookup_min > self.prompt_lookup_max {
+            return Err(format!(
+                "need 1 <= prompt_lookup_min ({}) <= prompt_lookup_max ({})",
+                self.prompt_lookup_min, self.prompt_lookup_max
+            ));
+        }
+        Ok(())
+    }
+
+    /// Drafts for a request whose tokens so far are `tokens`, at most `limit` of them.
+    pub fn propose(&self, tokens: &[u32], limit: usize) -> Vec<u32> {
+        propose_ngram(tokens, self.num_speculative_tokens.min(limit), self.prompt_lookup_min, self.prompt_lookup_max)
+    }
+}
+
+/// Prompt lookup: the longest suffix of `tokens` (between `min_n` and `max_n` long) that also
+/// occurs earlier; the up to `k` tokens that followed its latest earlier occurrence.
+pub fn propose_ngram(tokens: &[u32], k: usize, min_n: usize, max_n: usize) -> Vec<u32> {
+    let len = tokens.len();
+    if k == 0 {
+        return Vec::new();
+    }
+    for n in (min_n..=max_n.min(len.saturating_sub(1))).rev() {
+        let suffix = &tokens[len - n..];
+        if let Some(i) = (0..len - n).rev().find(|&i| &tokens[i..i + n] == suffix) {
+            return tokens[i + n..(i + n + k).min(len)].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_suffix_match_wins_and_its_latest_occurrence() {
+        //            0  1  2  3  4  5  6  7  8  9
+        let t = [1, 2, 3, 9, 2, 3, 4, 5, 1, 2, 3];
+        // Suffix [1, 2, 3] occurs at 0 → proposes what followed: 9, 2, 3.
+        assert_eq!(propose_ngram(&t, 3, 1, 3), vec![9, 2, 3]);
+        // With n ≤ 2 the latest [2, 3] is at 4 → 4, 5.
+        assert_eq!(propose_ngram(&t, 2, 1, 2), vec![4, 5]);
+        // Drafts stop at the end of the known tokens.
+        assert_eq!(propose_ngram(&[7, 8, 7], 5, 1, 3), vec![8, 7]);
+        assert_eq!(propose_ngram(&[1, 2, 3], 4, 1, 3), Vec::<u32>::new(), "no earlier occurrence");
+        assert_eq!(propose_ngram(&[4], 4, 1, 3), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn config_parses_json_and_key_values_and_refuses_what_it_cannot_do() {
+        let a = SpeculativeConfig::parse(r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}"#)
+            .unwrap();
+        let b = SpeculativeConfig::parse("method=ngram, num_speculative_tokens=4, prompt_lookup_max=3").unwrap();
+        assert_eq!(a, b);
+        assert_eq!((a.prompt_lookup_min, a.disable_by_batch_size), (1, None));
+        for (bad, says) in [
+            (r#"{"method": "ngram", "num_speculative_tokens": 0}"#, "between 1 and"),
+            (r#"{"method": "ngram", "num_speculative_tokens": 100}"#, "between 1 and"),
+            (r#"{"method": "lookahead", "num_speculative_tokens": 2}"#, "unknown method"),
+            (r#"{"method": "eagle3", "num_speculative_tokens": 2}"#, "not implemented"),
+            (r#"{"method": "ngram", "num_speculative_tokens": 2, "colour": 1}"#, "unknown field"),
+            (
+                r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}"#,
+                "<=",
+            ),
+            ("method=ngram,num_speculative_tokens", "key=value"),
+        ] {
+            let e = SpeculativeConfig::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}

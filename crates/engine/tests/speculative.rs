@@ -1,0 +1,107 @@
+//! Speculative decoding with n-gram drafts on the real SmolLM2: greedy output is token for
+//! token the output without speculation, alone and in a batch of 32 (with a token budget that
+//! cuts drafts), drafts really are accepted (else this would test nothing), rejected drafts
+//! leave no trace (every block returns), and logprobs come one per token.
+
+use vllm_rs_engine::{EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig};
+use vllm_rs_testutil::{gguf_path, golden};
+
+fn engine(spec: Option<&str>, budget: usize) -> EngineCore {
+    let lm = vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads");
+    let mut cfg = EngineConfig::new(1024, 1024 / 16 * 40);
+    cfg.max_num_batched_tokens = budget;
+    cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
+    EngineCore::new(lm.model, cfg).expect("engine")
+}
+
+/// Prompts that invite copying: each golden prompt twice over, so the model's continuation
+/// repeats what it has seen and n-gram drafts get accepted.
+fn prompts() -> Vec<Vec<u32>> {
+    let g = golden("real/smollm2.json");
+    g["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let p: Vec<u32> =
+                c["prompt_token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            [p.clone(), p].concat()
+        })
+        .collect()
+}
+
+fn run(core: &mut EngineCore, prompts: &[Vec<u32>], n: usize, logprobs: bool) -> Vec<FinalOutput> {
+    let reqs = (0..n)
+        .map(|i| EngineRequest {
+            request_id: format!("r{i}"),
+            prompt_token_ids: prompts[i % prompts.len()].clone(),
+            params: SamplingParams {
+                max_tokens: 40,
+                ignore_eos: true,
+                logprobs: logprobs.then_some(2),
+                ..SamplingParams::greedy()
+            },
+            priority: 0,
+            cache_salt: None,
+        })
+        .collect();
+    core.generate(reqs).expect("requests run")
+}
+
+#[test]
+fn ngram_drafts_keep_greedy_output_exact() {
+    let prompts = prompts();
+    let mut plain = engine(None, 2048);
+    let want = run(&mut plain, &prompts, prompts.len(), true);
+
+    let spec = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}"#;
+    let mut alone = engine(Some(spec), 2048);
+    for (i, w) in want.iter().enumerate() {
+        let got = run(&mut alone, &prompts[i..=i], 1, true);
+        assert_eq!(got[0].token_ids, w.token_ids, "prompt {i} alone: speculation changed the greedy tokens");
+        assert_eq!(got[0].logprobs.len(), w.token_ids.len(), "one logprobs entry per token");
+        let same_lp = got[0].logprobs.iter().zip(&w.logprobs).all(|(a, b)| a.token_id == b.token_id && a.top == b.top);
+        assert!(same_lp, "prompt {i}: logprobs differ with speculation");
+    }
+    let s = &alone.stats;
+    eprintln!(
+        "alone: {} drafts, {} draft tokens, {} accepted; per position {:?}",
+        s.spec_decode_num_drafts,
+        s.spec_decode_num_draft_tokens,
+        s.spec_decode_num_accepted_tokens,
+        s.spec_decode_accepted_per_pos
+    );
+    assert!(s.spec_decode_num_accepted_tokens > 40, "drafts must be accepted for this test to mean anything");
+    assert!(s.spec_decode_num_accepted_tokens < s.spec_decode_num_draft_tokens, "and some rejected");
+    // Alone, a request takes one step per token (40); each accepted draft saves one.
+    assert_eq!(
+        s.num_steps + s.spec_decode_num_accepted_tokens,
+        40 * prompts.len() as u64,
+        "accepted drafts save steps"
+    );
+
+    // 32 at once, with a budget small enough that drafts are cut and requests wait.
+    let mut batch = engine(Some(spec), 64);
+    let got = run(&mut batch, &prompts, 32, false);
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.token_ids, want[i % want.len()].token_ids, "request {i} in a batch of 32");
+    }
+    assert!(batch.stats.spec_decode_num_accepted_tokens > 0);
+    let pool = &batch.scheduler.kv.pool;
+    assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "rejected drafts' blocks all returned");
+}
+
+#[test]
+fn no_drafts_above_the_batch_size_cut() {
+    // 16 requests admitted together and finishing together (40 tokens each, EOS ignored): a cut
+    // at 4 running requests leaves no step with drafts; one at 16 drafts as usual.
+    let prompts = prompts();
+    let drafts = |cut: usize| {
+        let spec = format!(r#"{{"method": "ngram", "num_speculative_tokens": 4, "disable_by_batch_size": {cut}}}"#);
+        let mut core = engine(Some(&spec), 4096);
+        run(&mut core, &prompts, 16, false);
+        core.stats.spec_decode_num_drafts
+    };
+    assert_eq!(drafts(4), 0);
+    assert!(drafts(16) > 0);
+}
