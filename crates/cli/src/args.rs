@@ -66,7 +66,8 @@ pub struct EngineArgs {
     #[arg(long, env = "VLLM_RS_THREADS")]
     pub threads: Option<usize>,
 
-    /// Compute dtype. Only float32 is implemented (weights keep their stored format).
+    /// Compute dtype: auto/float32. bfloat16, float16 and half are accepted and computed in
+    /// float32 for now (weights keep their stored format; exact, a little slower than bf16).
     #[arg(long, default_value = "auto")]
     pub dtype: String,
 
@@ -94,6 +95,9 @@ pub struct EngineArgs {
     /// Order of waiting requests.
     #[arg(long, value_enum, default_value_t = PolicyArg::Fcfs)]
     pub scheduling_policy: PolicyArg,
+
+    #[command(flatten)]
+    pub vllm: crate::compat::VllmCompatArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

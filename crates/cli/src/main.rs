@@ -2,6 +2,7 @@
 
 mod args;
 mod bench;
+mod compat;
 mod generate;
 mod serve;
 mod setup;
@@ -65,7 +66,14 @@ fn init_logging(level: &str) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
-    let cli = Cli::parse();
+    let argv = match compat::normalize_args(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     if let Err(e) = init_logging(&cli.log_level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);

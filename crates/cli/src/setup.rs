@@ -27,9 +27,14 @@ pub struct Loaded {
 
 pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     let t0 = Instant::now();
-    if !matches!(args.dtype.as_str(), "auto" | "float32" | "float") {
-        bail!("--dtype {}: only float32 compute is implemented (use auto or float32)", args.dtype);
+    match args.dtype.as_str() {
+        "auto" | "float32" | "float" => {}
+        "bfloat16" | "float16" | "half" => {
+            info!("--dtype {}: computing in float32 (bf16/f16 compute is not implemented yet)", args.dtype)
+        }
+        d => bail!("--dtype {d}: expected auto, float32, bfloat16, float16 or half"),
     }
+    args.vllm.check()?;
     if let Some(n) = args.threads {
         if n == 0 {
             bail!("--threads must be at least 1");
@@ -39,12 +44,16 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     let tier = vllm_rs_kernels::isa::try_init().map_err(anyhow::Error::msg)?;
     info!("compute: {} threads, {} kernels", vllm_rs_kernels::pool::global().n_threads(), tier.name());
 
-    let resolved = vllm_rs_hub::resolve(model).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let resolved = resolve(model, args)?;
     info!("model: {}", resolved.description);
     let path = resolved.path.as_path();
     let lm = vllm_rs_models::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let tokenizer = Arc::new(
-        vllm_rs_frontend::load_tokenizer(path, lm.gguf.as_deref()).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
+        match &args.vllm.tokenizer {
+            Some(t) => vllm_rs_frontend::load_tokenizer(Path::new(t), None),
+            None => vllm_rs_frontend::load_tokenizer(path, lm.gguf.as_deref()),
+        }
+        .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
     );
     let generation = generation_config(&args.generation_config, path, lm.gguf.as_deref())?;
     let chat_template = chat_template(args.chat_template.as_deref(), &tokenizer)?;
@@ -83,8 +92,11 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     cfg.num_blocks = match args.num_gpu_blocks_override {
         Some(n) => n,
         None => {
-            let bytes =
-                args.kv_cache_memory.unwrap_or_else(|| default_kv_bytes(per_block * per_request, args.max_num_seqs));
+            let share = |f: f64| (available_memory().unwrap_or(4 << 30) as f64 * f) as u64;
+            let bytes = args
+                .kv_cache_memory
+                .or(args.vllm.gpu_memory_utilization.map(share))
+                .unwrap_or_else(|| default_kv_bytes(per_block * per_request, args.max_num_seqs));
             (bytes / per_block) as usize
         }
     };
@@ -139,6 +151,20 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
         max_logprobs: args.max_logprobs,
         default_seed: args.seed,
     })
+}
+
+/// The model as `--model`, `--revision` and `--download-dir` name it.
+fn resolve(model: Option<&str>, args: &EngineArgs) -> Result<vllm_rs_hub::ResolvedModel> {
+    let mut config = vllm_rs_hub::HubConfig::from_env();
+    if let Some(dir) = &args.vllm.download_dir {
+        config.cache_dir = dir.clone();
+        config.hf_cache = dir.clone();
+    }
+    let with_revision = match (model, &args.vllm.revision) {
+        (Some(m), Some(r)) if !Path::new(m).exists() && m.contains('/') && !m.contains('@') => Some(format!("{m}@{r}")),
+        _ => None,
+    };
+    vllm_rs_hub::resolve_with(with_revision.as_deref().or(model), &config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// A quarter of the available memory, capped at what `max_num_seqs` full-length requests need,

@@ -148,7 +148,7 @@ impl EngineCore {
         if config.num_blocks < blocks_needed {
             return Err(EngineError::InvalidRequest(format!(
                 "the KV cache holds {} blocks of {} tokens, fewer than the {blocks_needed} one request of \
-                 max_model_len = {} tokens needs; give it more memory (--kv-cache-memory) or lower --max-model-len",
+                 max_model_len = {} tokens needs; give it more memory (--kv-cache-memory or --gpu-memory-utilization) or lower --max-model-len",
                 config.num_blocks, config.block_size, config.max_model_len
             )));
         }

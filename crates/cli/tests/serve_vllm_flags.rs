@@ -1,0 +1,89 @@
+//! `vllm serve` command lines work unchanged: vLLM's flags (underscore spellings, `-tp`, a YAML
+//! `--config`, flags that mean nothing on a CPU) start the server, and the ones that cannot be
+//! honoured stop start-up with a message saying why.
+
+mod common;
+
+use common::Server;
+use serde_json::json;
+use std::process::Command;
+
+fn vllm_rs(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs")).args(args).env("NO_COLOR", "1").output().expect("runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_vllm_quickstart_command_line_starts_the_server() {
+    let dir = std::env::temp_dir().join(format!("vllm-rs-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("serve.yaml");
+    std::fs::write(&config, "max_logprobs: 3\nenable_prefix_caching: true\nseed: 7\n").unwrap();
+    let s = Server::start(&[
+        "--dtype",
+        "bfloat16",
+        "--gpu_memory_utilization",
+        "0.5",
+        "-tp",
+        "1",
+        "--trust-remote-code",
+        "--enforce-eager",
+        "--disable-log-requests",
+        "--uvicorn-log-level",
+        "warning",
+        "--max_num_seqs",
+        "8",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let r = s.ok("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 4, "temperature": 0}));
+    assert!(r["choices"][0]["text"].is_string());
+    // max_logprobs: 3 from the YAML file is in force.
+    let (status, _) = s.post("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 1, "logprobs": 5}));
+    assert_eq!(status, 400, "the config file's max_logprobs applies");
+    let log = s.log();
+    for note in ["--dtype bfloat16: computing in float32", "--trust-remote-code", "--enforce-eager"] {
+        assert!(log.contains(note), "no log line for {note}: {log}");
+    }
+}
+
+#[test]
+fn flags_that_cannot_be_honoured_are_refused() {
+    let model = vllm_rs_testutil::gguf_path("smollm2");
+    let model = model.to_str().unwrap();
+    for (flag, value, says) in [
+        ("-tp", "2", "one process serves one model"),
+        ("--quantization", "awq", "only GGUF files are read"),
+        ("--device", "cuda", "only the CPU"),
+        ("--dtype", "int8", "expected auto, float32"),
+        ("--gpu-memory-utilization", "1.5", "must be in (0, 1]"),
+    ] {
+        let (ok, err) = vllm_rs(&["generate", "--model", model, "--prompt", "x", flag, value]);
+        assert!(!ok && err.contains(says), "{flag} {value}: {err}");
+    }
+}
+
+#[test]
+fn gpu_memory_utilization_sizes_the_kv_cache_from_available_memory() {
+    let model = vllm_rs_testutil::gguf_path("smollm2");
+    let args = [
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "x",
+        "--max-tokens",
+        "1",
+        "--max-model-len",
+        "256",
+    ];
+    let mib = |extra: &[&str]| -> f64 {
+        let (ok, err) = vllm_rs(&[&args[..], extra].concat());
+        assert!(ok, "{err}");
+        let line = err.lines().find(|l| l.contains("KV cache:")).expect("KV cache log line");
+        let at = line.find(" MiB of").expect("MiB");
+        line[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap()
+    };
+    let (small, large) = (mib(&["--gpu-memory-utilization", "0.01"]), mib(&["--gpu-memory-utilization", "0.02"]));
+    assert!((large / small - 2.0).abs() < 0.1, "0.01 → {small} MiB, 0.02 → {large} MiB");
+}

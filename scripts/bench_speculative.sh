@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Decode speed with and without n-gram speculative decoding on a code-editing request (a
+# source file of a few hundred lines and an instruction to change one function, so the answer
+# copies most of the file) and on free chat, greedy, one request at a time.
+#
+#   scripts/bench_speculative.sh [MODEL] [ROUNDS] [SPEC_JSON]
+#
+# MODEL defaults to qwen05 (Qwen2.5-Coder-0.5B-Instruct, fetched if absent). Decode tok/s is
+# (N - 1) / (t(N) - t(1)) from `vllm-rs generate` runs of N and 1 output tokens, so prompt
+# processing and start-up cancel out; rounds alternate the two modes. Env: N (default 384),
+# VLLM_RS (default target/release/vllm-rs), THREADS (2).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MODEL=${1:-qwen05}
+ROUNDS=${2:-3}
+SPEC=${3:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'}
+N=${N:-384}
+THREADS=${THREADS:-2}
+VLLM_RS=${VLLM_RS:-$REPO/target/release/vllm-rs}
+[ -x "$VLLM_RS" ] || (cd "$REPO" && cargo build --release -q -p vllm-rs)
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+python3 - "$REPO/crates/core/src/block_pool.rs" "$OUT" <<'EOF'
+import json, sys
+src, out = open(sys.argv[1]).read(), sys.argv[2]
+code = ("Here is a Rust file:\n\n```rust\n" + src + "\n```\n\nRename the method `free_blocks` to "
+        "`release_blocks` everywhere in this file and print the whole updated file, nothing else.")
+chat = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+for name, text in [("code", code), ("chat", chat)]:
+    open(f"{out}/{name}.txt", "w").write(text)
+EOF
+echo "model $MODEL, $THREADS threads, N=$N, $ROUNDS rounds; cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2);" \
+  "load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# Seconds for one greedy generation of $3 tokens of prompt file $1, speculation $2 (on/off).
+gen() {
+  local args=(--log-level error generate --model "$MODEL" --chat --prompt "$(cat "$1")" --max-tokens "$3"
+    --temperature 0 --ignore-eos --threads "$THREADS" --max-model-len 8192)
+  [ "$2" = on ] && args+=(--speculative-config "$SPEC")
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$VLLM_RS" "${args[@]}" >/dev/null
+  t1=$(date +%s.%N)
+  python3 -c "print($t1 - $t0)"
+}
+for r in $(seq 1 "$ROUNDS"); do
+  for task in code chat; do
+    for mode in $([ $((r % 2)) -eq 1 ] && echo "off on" || echo "on off"); do
+      t1=$(gen "$OUT/$task.txt" "$mode" 1)
+      tn=$(gen "$OUT/$task.txt" "$mode" "$N")
+      rate=$(python3 -c "print(($N - 1) / ($tn - $t1))")
+      echo "$task $mode $rate" >>"$OUT/rates"
+      echo "round $r: $task speculation $mode: $rate tok/s" >&2
+    done
+  done
+done
+python3 - "$OUT/rates" <<'EOF'
+import statistics, sys
+rates = {}
+for line in open(sys.argv[1]):
+    task, mode, rate = line.split()
+    rates.setdefault((task, mode), []).append(float(rate))
+for task in ["code", "chat"]:
+    off, on = statistics.median(rates[(task, "off")]), statistics.median(rates[(task, "on")])
+    print(f"{task}: decode {off:.1f} tok/s without speculation, {on:.1f} with n-gram drafts: {on / off:.2f}x")
+EOF
