@@ -87,3 +87,51 @@ fn gpu_memory_utilization_sizes_the_kv_cache_from_available_memory() {
     let (small, large) = (mib(&["--gpu-memory-utilization", "0.01"]), mib(&["--gpu-memory-utilization", "0.02"]));
     assert!((large / small - 2.0).abs() < 0.1, "0.01 → {small} MiB, 0.02 → {large} MiB");
 }
+
+#[test]
+fn tokenizer_flag_replaces_the_models_tokenizer() {
+    let model = vllm_rs_testutil::gguf_path("smollm2");
+    let ids = |extra: &[&str]| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
+            .args(["--log-level", "error", "generate", "--model", model.to_str().unwrap(), "--prompt", "Hello world"])
+            .args(["--max-tokens", "1", "--json", "--max-model-len", "256"])
+            .args(extra)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["prompt_token_ids"].clone()
+    };
+    let own = ids(&[]);
+    let qwen = vllm_rs_testutil::hf_dir("qwen05");
+    let other = ids(&["--tokenizer", qwen.to_str().unwrap()]);
+    assert_eq!(own, json!([19556, 905]), "SmolLM2's own ids");
+    assert_eq!(other, json!([9707, 1879]), "Qwen2.5's ids for the same text");
+    let (ok, err) =
+        vllm_rs(&["generate", "--model", model.to_str().unwrap(), "--prompt", "x", "--tokenizer", "/nonexistent"]);
+    assert!(!ok && err.contains("tokenizer"), "{err}");
+}
+
+#[test]
+fn download_dir_and_revision_choose_where_and_what_is_fetched() {
+    // Offline, resolution says where it looked: under --download-dir, at --revision.
+    let run = |args: &[&str]| {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_vllm-rs")).args(args).env("HF_HUB_OFFLINE", "1").output().expect("runs");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&["generate", "--model", "smollm2", "--prompt", "x", "--download-dir", "/tmp/vllm-rs-dl"]);
+    assert!(err.contains("/tmp/vllm-rs-dl/models/smollm2/"), "{err}");
+    let err = run(&[
+        "generate",
+        "--model",
+        "org/repo",
+        "--revision",
+        "v2",
+        "--prompt",
+        "x",
+        "--download-dir",
+        "/tmp/vllm-rs-dl",
+    ]);
+    assert!(err.contains("revision 'v2'") && err.contains("/tmp/vllm-rs-dl/models--org--repo"), "{err}");
+}
