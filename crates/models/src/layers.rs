@@ -164,25 +164,6 @@ pub struct AttentionBuffers {
     pub attn: Vec<f32>,
 }
 
-/// Everything one forward pass writes, kept between passes so decode does not allocate per op.
-#[derive(Default)]
-pub struct Workspace {
-    /// The residual stream, `tokens × hidden`.
-    pub h: Vec<f32>,
-    /// A normed copy of `h`.
-    pub x: Vec<f32>,
-    /// A sub-layer's output.
-    pub y: Vec<f32>,
-    pub attention: AttentionBuffers,
-    pub gate: Vec<f32>,
-    pub up: Vec<f32>,
-    pub rope: RopeTable,
-    /// A second rotary table (Gemma's local layers).
-    pub rope_local: RopeTable,
-    /// Hidden states of the rows that need logits.
-    pub last: Vec<f32>,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     Silu,

@@ -3,17 +3,19 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod config;
+pub mod decoder;
 pub mod error;
 pub mod gemma3;
 pub mod gguf;
 pub mod layers;
 pub mod llama;
 pub mod model;
+pub mod norm;
 pub mod registry;
 
 pub use batch::ForwardBatch;
 pub use error::{Error, Result};
-pub use model::{Model, ModelInfo};
+pub use model::{ForwardInput, Model, ModelInfo, Workspace};
 
 use checkpoint::Checkpoint;
 use gguf::GgufFile;

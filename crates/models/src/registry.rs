@@ -2,24 +2,20 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::gemma3::Gemma3Model;
-use crate::llama::{LlamaModel, Variant};
+use crate::llama::Variant;
 use crate::model::Model;
+use crate::{gemma3, llama};
 use serde_json::Value;
 
 type Loader = fn(&Checkpoint, &Value) -> Result<Box<dyn Model>>;
 
 const REGISTRY: &[(&str, Loader)] = &[
     ("LlamaForCausalLM", |ck, c| {
-        Ok(Box::new(LlamaModel::load(ck, c, Variant { gguf_qk_permuted: true, ..Default::default() })?))
+        Ok(Box::new(llama::load(ck, c, Variant { gguf_qk_permuted: true, ..Default::default() })?))
     }),
-    ("Qwen2ForCausalLM", |ck, c| {
-        Ok(Box::new(LlamaModel::load(ck, c, Variant { qkv_bias: true, ..Default::default() })?))
-    }),
-    ("Qwen3ForCausalLM", |ck, c| {
-        Ok(Box::new(LlamaModel::load(ck, c, Variant { qk_norm: true, ..Default::default() })?))
-    }),
-    ("Gemma3ForCausalLM", |ck, c| Ok(Box::new(Gemma3Model::load(ck, c)?))),
+    ("Qwen2ForCausalLM", |ck, c| Ok(Box::new(llama::load(ck, c, Variant { qkv_bias: true, ..Default::default() })?))),
+    ("Qwen3ForCausalLM", |ck, c| Ok(Box::new(llama::load(ck, c, Variant { qk_norm: true, ..Default::default() })?))),
+    ("Gemma3ForCausalLM", |ck, c| Ok(Box::new(gemma3::load(ck, c)?))),
 ];
 
 /// The supported class names, for error messages and `--help`.

@@ -64,7 +64,7 @@ fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
         seqs: vec![SeqAttention { query_start: 0, query_len: seq.len(), seq_len: seq.len(), block_table: &table }],
         logits_indices: rows,
     };
-    model.forward(&batch, &mut kv)
+    model.logits(&batch, &mut kv)
 }
 
 fn top2_rel_margin(x: &[f32]) -> f64 {

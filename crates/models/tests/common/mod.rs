@@ -68,7 +68,7 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
             seqs: vec![SeqAttention { query_start: 0, query_len: new.len(), seq_len: end, block_table: &table }],
             logits_indices: &last,
         };
-        let logits = model.forward(&batch, &mut kv);
+        let logits = model.logits(&batch, &mut kv);
         assert_eq!(logits.len(), vocab);
         done = end;
         if done < prompt.len() {
@@ -128,7 +128,7 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
             seqs,
             logits_indices: &last,
         };
-        let logits = model.forward(&batch, &mut kv);
+        let logits = model.logits(&batch, &mut kv);
         assert_eq!(logits.len(), n * vocab);
         for s in 0..n {
             let next = argmax(&logits[s * vocab..(s + 1) * vocab]);
