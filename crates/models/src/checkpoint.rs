@@ -42,9 +42,12 @@ impl Checkpoint {
     /// Takes the tensors of an opened GGUF file, renamed to HF names.
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let arch = g.architecture()?;
+        let spec = crate::registry::by_gguf_arch(arch)
+            .ok_or_else(|| Error::file(&g.path, format!("GGUF architecture {arch:?} is not supported")))?;
         let mut tensors = HashMap::new();
         for name in g.tensors.keys() {
-            let hf = gguf_to_hf_name(arch, name)
+            let hf = spec
+                .hf_tensor_name(name)
                 .ok_or_else(|| Error::file(&g.path, format!("tensor {name} has no known Hugging Face equivalent")))?;
             let w = g.weight(name).expect("listed tensor");
             tensors.insert(hf, (w, g.path.clone()));
@@ -160,41 +163,4 @@ fn load_safetensors(path: &Path, out: &mut HashMap<String, (Weight, PathBuf)>) -
         out.insert(name, (w, path.to_path_buf()));
     }
     Ok(())
-}
-
-/// `blk.N.attn_q.weight` → `model.layers.N.self_attn.q_proj.weight`, etc. `arch` is the GGUF
-/// `general.architecture`: Gemma's four norms reuse llama's names with other meanings.
-pub fn gguf_to_hf_name(arch: &str, name: &str) -> Option<String> {
-    let gemma = arch.starts_with("gemma");
-    let top = match name {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(t.to_string());
-    }
-    let rest = name.strip_prefix("blk.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    layer.parse::<usize>().ok()?;
-    let (module, suffix) = rest.rsplit_once('.')?;
-    let hf = match module {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_norm" if gemma => "pre_feedforward_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "post_attention_norm" => "post_attention_layernorm",
-        "post_ffw_norm" => "post_feedforward_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{hf}.{suffix}"))
 }

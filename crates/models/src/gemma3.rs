@@ -5,16 +5,59 @@
 //! `query_pre_attn_scalar`; sliding-window layers (with their own RoPE base) interleaved with
 //! global ones.
 
+use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, lm_head, load_attention, model_info};
 use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
 use crate::layers::{Activation, Embedding, GatedMlp, RmsNorm};
 use crate::norm::Norm;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use vllm_rs_kernels::attention::AttentionParams;
 use vllm_rs_kernels::ops;
+
+pub const GEMMA3: ArchSpec = ArchSpec {
+    hf_class: "Gemma3ForCausalLM",
+    gguf_arch: Some("gemma3"),
+    load,
+    gguf_modules: GEMMA_GGUF_MODULES,
+    gguf_config: Some(gguf_config),
+    tiny: TinySpec {
+        name: "gemma3",
+        config_class: "Gemma3TextConfig",
+        seed: 104,
+        config: r#"{"num_hidden_layers": 4, "head_dim": 32, "query_pre_attn_scalar": 24, "sliding_window": 8,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}"#,
+        norm_center: 0.0,
+        scaled_embed: true,
+    },
+};
+
+/// Gemma's four norms in llama.cpp's names (`ffn_norm` is the pre-MLP norm, not llama's
+/// post-attention one).
+pub const GEMMA_GGUF_MODULES: &[(&str, &str)] = &[
+    ("ffn_norm", "pre_feedforward_layernorm"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("post_ffw_norm", "post_feedforward_layernorm"),
+];
+
+/// What a Gemma 3 GGUF does not store; llama.cpp hard-codes the same for gemma3.
+fn gguf_config(g: &GgufFile, c: &mut Value) -> Result<()> {
+    let layers = c["num_hidden_layers"].as_u64().unwrap_or(0);
+    let layer_types: Vec<&str> =
+        (0..layers).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect();
+    c["sliding_window"] = json!(g.get_u64("gemma3.attention.sliding_window"));
+    c["layer_types"] = json!(layer_types);
+    c["rope_local_base_freq"] = json!(10000.0);
+    c["query_pre_attn_scalar"] = c["head_dim"].clone();
+    c["hidden_activation"] = json!("gelu_pytorch_tanh");
+    Ok(())
+}
 
 #[derive(Deserialize)]
 struct Gemma3Extra {

@@ -1,5 +1,6 @@
 //! Checkpoint loading, model configs, layers and the supported architectures.
 
+pub mod arch;
 pub mod batch;
 pub mod checkpoint;
 pub mod config;

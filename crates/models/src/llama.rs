@@ -3,6 +3,7 @@
 //! Mirrors transformers' `modeling_llama.py`: pre-norm decoder layers with rotary attention and a
 //! SwiGLU MLP, a final RMSNorm and an (optionally tied) `lm_head`.
 
+use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, lm_head, load_attention, model_info};
@@ -13,6 +14,57 @@ use serde::Deserialize;
 use serde_json::Value;
 use vllm_rs_kernels::attention::AttentionParams;
 use vllm_rs_kernels::ops;
+
+pub const LLAMA: ArchSpec = ArchSpec {
+    hf_class: "LlamaForCausalLM",
+    gguf_arch: Some("llama"),
+    load: |ck, c| load(ck, c, Variant { gguf_qk_permuted: true, ..Default::default() }),
+    gguf_modules: &[],
+    gguf_config: None,
+    tiny: TinySpec {
+        name: "llama",
+        config_class: "LlamaConfig",
+        seed: 101,
+        config: r#"{"num_hidden_layers": 3, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 50000.0}}"#,
+        norm_center: 1.0,
+        scaled_embed: false,
+    },
+};
+
+pub const QWEN2: ArchSpec = ArchSpec {
+    hf_class: "Qwen2ForCausalLM",
+    gguf_arch: Some("qwen2"),
+    load: |ck, c| load(ck, c, Variant { qkv_bias: true, ..Default::default() }),
+    gguf_modules: &[],
+    gguf_config: None,
+    tiny: TinySpec {
+        name: "qwen2",
+        config_class: "Qwen2Config",
+        seed: 102,
+        config: r#"{"num_hidden_layers": 3, "num_key_value_heads": 1, "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": true, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}"#,
+        norm_center: 1.0,
+        scaled_embed: false,
+    },
+};
+
+pub const QWEN3: ArchSpec = ArchSpec {
+    hf_class: "Qwen3ForCausalLM",
+    gguf_arch: Some("qwen3"),
+    load: |ck, c| load(ck, c, Variant { qk_norm: true, ..Default::default() }),
+    gguf_modules: &[],
+    gguf_config: None,
+    tiny: TinySpec {
+        name: "qwen3",
+        config_class: "Qwen3Config",
+        seed: 103,
+        config: r#"{"num_hidden_layers": 3, "head_dim": 32, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}"#,
+        norm_center: 1.0,
+        scaled_embed: false,
+    },
+};
 
 /// What distinguishes the members of the family.
 #[derive(Clone, Copy, Debug, Default)]
