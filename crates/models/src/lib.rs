@@ -5,14 +5,15 @@ pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
-pub mod error;
 pub mod gemma3;
-pub mod gguf;
 pub mod layers;
 pub mod llama;
 pub mod model;
 pub mod norm;
 pub mod registry;
+
+// The file formats live below models and frontend; re-exported under their old paths.
+pub use vllm_rs_formats::{error, gguf};
 
 pub use batch::ForwardBatch;
 pub use error::{Error, Result};
