@@ -8,6 +8,7 @@ pub mod decoder;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;
+pub mod mistral;
 pub mod model;
 pub mod norm;
 pub mod registry;

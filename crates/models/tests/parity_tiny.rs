@@ -87,3 +87,8 @@ fn qwen3() {
 fn gemma3() {
     check_arch("gemma3", "Gemma3ForCausalLM");
 }
+
+#[test]
+fn mistral() {
+    check_arch("mistral", "MistralForCausalLM");
+}
