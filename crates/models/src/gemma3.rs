@@ -3,7 +3,8 @@
 //! Differences from Llama: embeddings scaled by `sqrt(hidden_size)`; four RMSNorms per layer
 //! with `(1 + w)` weights; q/k RMSNorm; GELU-tanh MLP; attention scale from
 //! `query_pre_attn_scalar`; sliding-window layers (with their own RoPE base) interleaved with
-//! global ones.
+//! global ones. [`load_gemma`] also builds Gemma 2 (`gemma2.rs`), which lacks the q/k norms and
+//! the local rotary base.
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
@@ -60,15 +61,15 @@ fn gguf_config(g: &GgufFile, c: &mut Value) -> Result<()> {
 }
 
 #[derive(Deserialize)]
-struct Gemma3Extra {
+struct GemmaExtra {
     #[serde(default = "gelu_tanh")]
     hidden_activation: String,
     query_pre_attn_scalar: f32,
     sliding_window: Option<usize>,
     #[serde(default)]
     layer_types: Option<Vec<String>>,
-    #[serde(default = "pattern", alias = "_sliding_window_pattern")]
-    sliding_window_pattern: usize,
+    #[serde(default, alias = "_sliding_window_pattern")]
+    sliding_window_pattern: Option<usize>,
     #[serde(default = "local_base")]
     rope_local_base_freq: f32,
     #[serde(default)]
@@ -82,21 +83,36 @@ struct Gemma3Extra {
 fn gelu_tanh() -> String {
     "gelu_pytorch_tanh".into()
 }
-fn pattern() -> usize {
-    6
-}
 fn local_base() -> f32 {
     10000.0
 }
 
-/// Rotary tables of the model: global layers use 0, sliding ones 1.
+/// What differs between Gemma 2 and Gemma 3 (this loader builds both).
+#[derive(Clone, Copy, Debug)]
+pub struct GemmaVariant {
+    /// Per-head RMSNorm on Q and K (Gemma 3).
+    pub qk_norm: bool,
+    /// Sliding layers rotate with `rope_local_base_freq` (Gemma 3); else every layer uses
+    /// `rope_theta`.
+    pub local_rope: bool,
+    /// Every this-many-th layer is global when the config lists no `layer_types`.
+    pub default_pattern: usize,
+}
+
+const GEMMA3_VARIANT: GemmaVariant = GemmaVariant { qk_norm: true, local_rope: true, default_pattern: 6 };
+
+/// Rotary tables of the model: global layers use 0, sliding ones 1 (if `local_rope`).
 const ROPE_GLOBAL: usize = 0;
 const ROPE_LOCAL: usize = 1;
 
-pub fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    load_gemma(ck, config, GEMMA3_VARIANT)
+}
+
+pub fn load_gemma(ck: &Checkpoint, config: &Value, v: GemmaVariant) -> Result<DecoderModel> {
     let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     c.validate()?;
-    let x: Gemma3Extra = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let x: GemmaExtra = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     let act = Activation::parse(&x.hidden_activation)
         .filter(|a| *a == Activation::GeluTanh)
         .ok_or_else(|| Error::msg(format!("config: hidden_activation {:?} is not supported", x.hidden_activation)))?;
@@ -106,7 +122,7 @@ pub fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     let norm = |name: &str, dim: usize| RmsNorm::load(ck, name, dim, eps, offset);
     let sliding = |i: usize| match &x.layer_types {
         Some(t) => t.get(i).is_some_and(|t| t == "sliding_attention"),
-        None => !(i + 1).is_multiple_of(x.sliding_window_pattern),
+        None => !(i + 1).is_multiple_of(x.sliding_window_pattern.unwrap_or(v.default_pattern)),
     };
     let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
@@ -121,7 +137,8 @@ pub fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
             sliding_window: if sliding(i) { x.sliding_window } else { None },
             softcap: x.attn_logit_softcapping,
         };
-        let qk_norms = [Some(norm(&format!("{a}.q_norm"), hd)?), Some(norm(&format!("{a}.k_norm"), hd)?)];
+        let qk_norm = |name: &str| v.qk_norm.then(|| norm(&format!("{a}.{name}"), hd)).transpose();
+        let qk_norms = [qk_norm("q_norm")?, qk_norm("k_norm")?];
         let bias = (x.attention_bias, x.attention_bias);
         let self_attn = load_attention(ck, &a, hidden, params, bias, qk_norms, false)?;
         let n = |name: &str| norm(&format!("{p}.{name}"), hidden).map(Norm::Rms);
@@ -132,7 +149,7 @@ pub fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
             pre_mlp_norm: n("pre_feedforward_layernorm")?,
             mlp: GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?,
             post_mlp_norm: Some(n("post_feedforward_layernorm")?),
-            rope: if sliding(i) { ROPE_LOCAL } else { ROPE_GLOBAL },
+            rope: if sliding(i) && v.local_rope { ROPE_LOCAL } else { ROPE_GLOBAL },
         });
     }
     Ok(DecoderModel {
@@ -144,6 +161,10 @@ pub fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         layers,
         norm: Norm::Rms(norm("model.norm", hidden)?),
         final_logit_softcap: x.final_logit_softcapping,
-        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, hd), ops::rope_inv_freq(x.rope_local_base_freq, hd)],
+        rope_inv_freqs: if v.local_rope {
+            vec![ops::rope_inv_freq(c.rope_theta, hd), ops::rope_inv_freq(x.rope_local_base_freq, hd)]
+        } else {
+            vec![ops::rope_inv_freq(c.rope_theta, hd)]
+        },
     })
 }

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
+pub mod gemma2;
 pub mod gemma3;
 pub mod layers;
 pub mod llama;

@@ -92,3 +92,8 @@ fn gemma3() {
 fn mistral() {
     check_arch("mistral", "MistralForCausalLM");
 }
+
+#[test]
+fn gemma2() {
+    check_arch("gemma2", "Gemma2ForCausalLM");
+}
