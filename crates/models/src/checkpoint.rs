@@ -9,8 +9,9 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use vllm_rs_formats::safetensors;
-use vllm_rs_kernels::Weight;
+use vllm_rs_kernels::{Storage, Weight};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -18,6 +19,8 @@ pub enum Format {
     Gguf,
 }
 
+/// Cloning is cheap: tensors share their mapped (or owned) bytes.
+#[derive(Clone)]
 pub struct Checkpoint {
     pub format: Format,
     /// The file or directory the tensors came from, for error messages.
@@ -85,6 +88,35 @@ impl Checkpoint {
     /// [`Checkpoint::vector`] if the tensor exists.
     pub fn optional_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
         if self.contains(name) { self.vector(name, len).map(Some) } else { Ok(None) }
+    }
+
+    /// Replaces the tensor `name` by consecutive row ranges of it, `(new name, rows)` each, as
+    /// if the checkpoint had stored them separately (fused projections such as Phi-3's
+    /// `qkv_proj`, split so the model code loads `q_proj`, `k_proj`, `v_proj`). 1-D tensors
+    /// (biases) split by elements.
+    pub fn split_rows(&mut self, name: &str, parts: &[(String, usize)]) -> Result<()> {
+        let (w, file) = self.get(name)?.clone();
+        let (rows, cols) = if w.rows == 1 { (w.cols, 1) } else { (w.rows, w.cols) };
+        let total: usize = parts.iter().map(|(_, r)| r).sum();
+        if total != rows {
+            return Err(Error::file(&file, format!("tensor {name} has {rows} rows, expected {total} to split")));
+        }
+        let row_bytes = w.bytes().len() / rows;
+        let mut start = 0;
+        for (part, n) in parts {
+            let range = start * row_bytes..(start + n) * row_bytes;
+            let storage = match &w.storage {
+                Storage::Mapped(map, r) => Storage::Mapped(map.clone(), r.start + range.start..r.start + range.end),
+                Storage::Owned(bytes) => Storage::Owned(Arc::new(bytes[range].to_vec())),
+            };
+            let (r, c) = if w.rows == 1 { (1, *n) } else { (*n, cols) };
+            let piece =
+                Weight::new(w.ty, r, c, storage).map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
+            self.tensors.insert(part.clone(), (piece, file.clone()));
+            start += n;
+        }
+        self.tensors.remove(name);
+        Ok(())
     }
 
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {

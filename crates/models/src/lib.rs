@@ -12,6 +12,7 @@ pub mod llama;
 pub mod mistral;
 pub mod model;
 pub mod norm;
+pub mod phi3;
 pub mod registry;
 
 // The file formats live below models and frontend; re-exported under their old paths.

@@ -97,3 +97,8 @@ fn mistral() {
 fn gemma2() {
     check_arch("gemma2", "Gemma2ForCausalLM");
 }
+
+#[test]
+fn phi3() {
+    check_arch("phi3", "Phi3ForCausalLM");
+}
