@@ -41,8 +41,8 @@ def make(arch, out_root):
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if 'norm' in name:  # Gemma stores w of (1 + w) (centre 0); the others the scale itself
-                p.copy_(spec['norm_center'] + 0.2 * noise)
+            if 'norm' in name or '.ln_' in name:  # Gemma stores w of (1 + w) (centre 0); the others the scale itself
+                p.copy_((0.0 if name.endswith('.bias') else spec['norm_center']) + 0.2 * noise)
             elif name.endswith('.bias'):
                 p.copy_(0.2 * noise)
             elif spec['scaled_embed'] and 'embed_tokens' in name:
@@ -62,9 +62,10 @@ def make(arch, out_root):
     n = sum(p.numel() for p in model.parameters())
     print(f'{out}: {cls_name}, {n:,} params, {size / 1e6:.2f} MB')
     assert size < 1_000_000, 'keep tiny checkpoints under 1 MB'
-    # Sanity: the saved config must round-trip to the same rope settings.
+    # Sanity: the saved config must round-trip to the same rope settings (where it has any).
     saved = json.load(open(os.path.join(out, 'config.json')))
-    assert saved['architectures'] == [cls_name] and 'rope_parameters' in saved, saved
+    assert saved['architectures'] == [cls_name], saved
+    assert 'rope_parameters' in saved or 'rope_parameters' not in spec['config'], saved
 
 
 def main():

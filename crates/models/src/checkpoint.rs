@@ -119,6 +119,25 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// Stores the tensor `name` transposed, as f32: GPT-2's `Conv1D` keeps its weights
+    /// `[in, out]` where every other layer keeps `[out, in]`.
+    pub fn transpose(&mut self, name: &str) -> Result<()> {
+        let (w, file) = self.get(name)?.clone();
+        let v = w.to_f32();
+        let t: Vec<f32> =
+            (0..w.cols).flat_map(|c| (0..w.rows).map(move |r| (r, c))).map(|(r, c)| v[r * w.cols + c]).collect();
+        self.tensors.insert(name.to_string(), (Weight::from_f32(w.cols, w.rows, &t), file));
+        Ok(())
+    }
+
+    /// Gives the tensor `from` the name `to` (a checkpoint naming a module otherwise).
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        let entry = self.get(from)?.clone();
+        self.tensors.remove(from);
+        self.tensors.insert(to.to_string(), entry);
+        Ok(())
+    }
+
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
         self.tensors.get(name).ok_or_else(|| Error::file(&self.origin, format!("tensor {name} is missing")))
     }

@@ -9,7 +9,8 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
 use crate::error::Result;
-use crate::layers::{Attention, Embedding, GatedMlp, Linear, RmsNorm};
+use crate::layers::{Attention, Embedding, Linear, RmsNorm};
+use crate::mlp::FeedForward;
 use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
 use crate::norm::Norm;
 use serde_json::Value;
@@ -24,7 +25,7 @@ pub struct DecoderLayer {
     /// Applied to the attention output before the residual add (Gemma).
     pub post_attn_norm: Option<Norm>,
     pub pre_mlp_norm: Norm,
-    pub mlp: GatedMlp,
+    pub mlp: FeedForward,
     /// Applied to the MLP output before the residual add (Gemma).
     pub post_mlp_norm: Option<Norm>,
     /// Which of the model's rotary tables this layer's attention uses.
@@ -36,13 +37,35 @@ pub struct DecoderModel {
     pub embed_tokens: Embedding,
     /// Multiplies every token embedding (Gemma's `sqrt(hidden_size)`), 1 for none.
     pub embed_scale: f32,
+    /// Learned absolute positions added to the input embeddings (GPT-2, OPT).
+    pub embed_positions: Option<PositionEmbedding>,
     pub layers: Vec<DecoderLayer>,
     pub norm: Norm,
     pub lm_head: Weight,
     /// `tanh` soft-capping of the logits (Gemma 2), if set.
     pub final_logit_softcap: Option<f32>,
-    /// Inverse frequencies of each rotary table the layers index.
+    /// Inverse frequencies of each rotary table the layers index. A model without rotary
+    /// embeddings has one empty table: zero frequency pairs rotate nothing.
     pub rope_inv_freqs: Vec<Vec<f32>>,
+}
+
+/// A learned table of absolute position embeddings; position `p` reads row `p + offset`
+/// (OPT keeps two unused rows in front).
+pub struct PositionEmbedding {
+    pub weight: Weight,
+    pub offset: usize,
+}
+
+impl PositionEmbedding {
+    /// `h[t] += weight[positions[t] + offset]`, using `row` as scratch.
+    fn add(&self, positions: &[u32], h: &mut [f32], row: &mut Vec<f32>) {
+        let d = self.weight.cols;
+        row.resize(d, 0.0);
+        for (hr, &p) in h.chunks_exact_mut(d).zip(positions) {
+            self.weight.dequantize_row(p as usize + self.offset, row);
+            hr.iter_mut().zip(row.iter()).for_each(|(a, b)| *a += b);
+        }
+    }
 }
 
 impl DecoderModel {
@@ -73,6 +96,9 @@ impl Model for DecoderModel {
             }
         }
         assert_eq!(ws.h.len(), n * self.info.hidden_size, "one input row per batch token");
+        if let Some(pe) = &self.embed_positions {
+            pe.add(batch.positions, &mut ws.h, &mut ws.y);
+        }
         ws.ropes.resize_with(self.rope_inv_freqs.len(), RopeTable::default);
         for (table, inv_freq) in ws.ropes.iter_mut().zip(&self.rope_inv_freqs) {
             table.fill(inv_freq, batch.positions);

@@ -12,7 +12,8 @@ use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, lm_head, load_attention, model_info};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::layers::{Activation, Embedding, GatedMlp, RmsNorm};
+use crate::layers::{Embedding, RmsNorm};
+use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -147,7 +148,7 @@ pub fn load_gemma(ck: &Checkpoint, config: &Value, v: GemmaVariant) -> Result<De
             self_attn,
             post_attn_norm: Some(n("post_attention_layernorm")?),
             pre_mlp_norm: n("pre_feedforward_layernorm")?,
-            mlp: GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?,
+            mlp: FeedForward::Gated(GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?),
             post_mlp_norm: Some(n("post_feedforward_layernorm")?),
             rope: if sliding(i) && v.local_rope { ROPE_LOCAL } else { ROPE_GLOBAL },
         });
@@ -158,6 +159,7 @@ pub fn load_gemma(ck: &Checkpoint, config: &Value, v: GemmaVariant) -> Result<De
         embed_tokens: Embedding { weight: embed },
         // transformers casts sqrt(hidden_size) to the compute dtype (f32 here).
         embed_scale: (hidden as f64).sqrt() as f32,
+        embed_positions: None,
         layers,
         norm: Norm::Rms(norm("model.norm", hidden)?),
         final_logit_softcap: x.final_logit_softcapping,

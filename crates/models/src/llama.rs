@@ -8,7 +8,8 @@ use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, lm_head, load_attention, model_info};
 use crate::error::{Error, Result};
-use crate::layers::{Activation, Embedding, GatedMlp, RmsNorm};
+use crate::layers::{Embedding, RmsNorm};
+use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
 use serde::Deserialize;
 use serde_json::Value;
@@ -128,7 +129,7 @@ pub fn load(ck: &Checkpoint, config: &Value, mut variant: Variant) -> Result<Dec
             self_attn,
             post_attn_norm: None,
             pre_mlp_norm: Norm::Rms(norm(&format!("{p}.post_attention_layernorm"), hidden)?),
-            mlp: GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?,
+            mlp: FeedForward::Gated(GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?),
             post_mlp_norm: None,
             rope: 0,
         });
@@ -138,6 +139,7 @@ pub fn load(ck: &Checkpoint, config: &Value, mut variant: Variant) -> Result<Dec
         lm_head: lm_head(ck, &c, &embed)?,
         embed_tokens: Embedding { weight: embed },
         embed_scale: 1.0,
+        embed_positions: None,
         layers,
         norm: Norm::Rms(norm("model.norm", hidden)?),
         final_logit_softcap: None,

@@ -5,11 +5,19 @@ use crate::arch::ArchSpec;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::{gemma2, gemma3, llama, mistral, phi3};
+use crate::{gemma2, gemma3, gpt2, llama, mistral, phi3};
 use serde_json::Value;
 
-pub const ARCHS: &[&ArchSpec] =
-    &[&llama::LLAMA, &llama::QWEN2, &llama::QWEN3, &gemma3::GEMMA3, &mistral::MISTRAL, &gemma2::GEMMA2, &phi3::PHI3];
+pub const ARCHS: &[&ArchSpec] = &[
+    &llama::LLAMA,
+    &llama::QWEN2,
+    &llama::QWEN3,
+    &gemma3::GEMMA3,
+    &mistral::MISTRAL,
+    &gemma2::GEMMA2,
+    &phi3::PHI3,
+    &gpt2::GPT2,
+];
 
 /// The spec of an HF class name.
 pub fn by_class(class: &str) -> Option<&'static ArchSpec> {

@@ -102,3 +102,8 @@ fn gemma2() {
 fn phi3() {
     check_arch("phi3", "Phi3ForCausalLM");
 }
+
+#[test]
+fn gpt2() {
+    check_arch("gpt2", "GPT2LMHeadModel");
+}
