@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Greedy goldens from HF transformers (float32), the correctness oracle.
 
-  python scripts/make_goldens.py tiny          -> tests/goldens/tiny/<arch>.json
+  python scripts/make_goldens.py tiny [ARCH..] -> tests/goldens/tiny/<arch>.json
   python scripts/make_goldens.py real [NAME..] -> tests/goldens/real/<name>.json  (smollm2 qwen05 gemma3)
 
 tiny: for the checkpoints of scripts/make_tiny_models.py. Prompts are random token ids (some
@@ -31,7 +31,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_NEW = 32
 MIN_REL_MARGIN = 0.01
-TINY_ARCHS = sys.argv[2:] or ['llama', 'qwen2', 'qwen3', 'gemma3']
+# The architectures with a tiny checkpoint: scripts/tiny_models.json, generated from the ArchSpecs.
+TINY_ARCHS = sys.argv[2:] or list(json.load(open(os.path.join(REPO, 'scripts', 'tiny_models.json')))['archs'])
 TINY_PROMPT_LENS = [1, 5, 11, 24, 40]
 
 

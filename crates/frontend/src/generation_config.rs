@@ -9,7 +9,7 @@
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
-use vllm_rs_models::gguf::{GgufFile, Value as GgufValue};
+use vllm_rs_formats::gguf::{GgufFile, Value as GgufValue};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GenerationConfig {

@@ -28,7 +28,7 @@ use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
-use vllm_rs_models::gguf::{GgufFile, Value};
+use vllm_rs_formats::gguf::{GgufFile, Value};
 
 const NORMAL: i64 = 1;
 const UNKNOWN: i64 = 2;

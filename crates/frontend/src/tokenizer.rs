@@ -7,7 +7,7 @@ use crate::tokenizer_config::{TokenSpec, TokenizerConfig};
 use std::collections::HashSet;
 use std::path::Path;
 use tokenizers::processors::template::TemplateProcessing;
-use vllm_rs_models::gguf::GgufFile;
+use vllm_rs_formats::gguf::GgufFile;
 
 /// Everything the loaders (HF directory, GGUF) hand to [`Tokenizer::assemble`].
 pub(crate) struct Parts {

@@ -1,7 +1,7 @@
 //! Generation configs of the real models: HF generation_config.json and GGUF metadata.
 
+use vllm_rs_formats::gguf::GgufFile;
 use vllm_rs_frontend::GenerationConfig;
-use vllm_rs_models::gguf::GgufFile;
 
 fn hf(name: &str) -> GenerationConfig {
     GenerationConfig::from_model_dir(&vllm_rs_testutil::hf_dir(name)).unwrap().expect("generation_config.json")

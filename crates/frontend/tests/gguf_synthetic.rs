@@ -3,8 +3,8 @@
 //! and every malformed-metadata error.
 
 use std::path::{Path, PathBuf};
+use vllm_rs_formats::gguf::GgufFile;
 use vllm_rs_frontend::{GenerationConfig, Tokenizer};
-use vllm_rs_models::gguf::GgufFile;
 
 enum Meta {
     Str(&'static str),

@@ -110,7 +110,7 @@ fn missing_or_broken_files_are_errors_naming_the_file() {
 #[test]
 fn load_tokenizer_prefers_the_directory_then_the_gguf() {
     let dir = common::tokenizer_dir("smollm2");
-    let g = vllm_rs_models::gguf::GgufFile::open(&vllm_rs_testutil::gguf_path("smollm2")).unwrap();
+    let g = vllm_rs_formats::gguf::GgufFile::open(&vllm_rs_testutil::gguf_path("smollm2")).unwrap();
     let from_dir = vllm_rs_frontend::load_tokenizer(&dir, Some(&g)).unwrap();
     let from_gguf = vllm_rs_frontend::load_tokenizer(&g.path, Some(&g)).unwrap();
     let text = "Hello there, 12 tokens";

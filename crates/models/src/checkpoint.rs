@@ -7,13 +7,11 @@
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vllm_rs_kernels::{GgmlType, Storage, Weight};
+use vllm_rs_formats::safetensors;
+use vllm_rs_kernels::{Storage, Weight};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -21,6 +19,8 @@ pub enum Format {
     Gguf,
 }
 
+/// Cloning is cheap: tensors share their mapped (or owned) bytes.
+#[derive(Clone)]
 pub struct Checkpoint {
     pub format: Format,
     /// The file or directory the tensors came from, for error messages.
@@ -31,10 +31,11 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Loads every `*.safetensors` shard of an HF model directory.
     pub fn from_safetensors_dir(dir: &Path) -> Result<Self> {
-        let files = shard_files(dir)?;
         let mut tensors = HashMap::new();
-        for file in files {
-            load_safetensors(&file, &mut tensors)?;
+        for file in safetensors::shard_files(dir)? {
+            for (name, w) in safetensors::read_tensors(&file)? {
+                tensors.insert(name, (w, file.clone()));
+            }
         }
         Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors })
     }
@@ -42,9 +43,12 @@ impl Checkpoint {
     /// Takes the tensors of an opened GGUF file, renamed to HF names.
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let arch = g.architecture()?;
+        let spec = crate::registry::by_gguf_arch(arch)
+            .ok_or_else(|| Error::file(&g.path, format!("GGUF architecture {arch:?} is not supported")))?;
         let mut tensors = HashMap::new();
         for name in g.tensors.keys() {
-            let hf = gguf_to_hf_name(arch, name)
+            let hf = spec
+                .hf_tensor_name(name)
                 .ok_or_else(|| Error::file(&g.path, format!("tensor {name} has no known Hugging Face equivalent")))?;
             let w = g.weight(name).expect("listed tensor");
             tensors.insert(hf, (w, g.path.clone()));
@@ -86,115 +90,55 @@ impl Checkpoint {
         if self.contains(name) { self.vector(name, len).map(Some) } else { Ok(None) }
     }
 
+    /// Replaces the tensor `name` by consecutive row ranges of it, `(new name, rows)` each, as
+    /// if the checkpoint had stored them separately (fused projections such as Phi-3's
+    /// `qkv_proj`, split so the model code loads `q_proj`, `k_proj`, `v_proj`). 1-D tensors
+    /// (biases) split by elements.
+    pub fn split_rows(&mut self, name: &str, parts: &[(String, usize)]) -> Result<()> {
+        let (w, file) = self.get(name)?.clone();
+        let (rows, cols) = if w.rows == 1 { (w.cols, 1) } else { (w.rows, w.cols) };
+        let total: usize = parts.iter().map(|(_, r)| r).sum();
+        if total != rows {
+            return Err(Error::file(&file, format!("tensor {name} has {rows} rows, expected {total} to split")));
+        }
+        let row_bytes = w.bytes().len() / rows;
+        let mut start = 0;
+        for (part, n) in parts {
+            let range = start * row_bytes..(start + n) * row_bytes;
+            let storage = match &w.storage {
+                Storage::Mapped(map, r) => Storage::Mapped(map.clone(), r.start + range.start..r.start + range.end),
+                Storage::Owned(bytes) => Storage::Owned(Arc::new(bytes[range].to_vec())),
+            };
+            let (r, c) = if w.rows == 1 { (1, *n) } else { (*n, cols) };
+            let piece =
+                Weight::new(w.ty, r, c, storage).map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
+            self.tensors.insert(part.clone(), (piece, file.clone()));
+            start += n;
+        }
+        self.tensors.remove(name);
+        Ok(())
+    }
+
+    /// Stores the tensor `name` transposed, as f32: GPT-2's `Conv1D` keeps its weights
+    /// `[in, out]` where every other layer keeps `[out, in]`.
+    pub fn transpose(&mut self, name: &str) -> Result<()> {
+        let (w, file) = self.get(name)?.clone();
+        let v = w.to_f32();
+        let t: Vec<f32> =
+            (0..w.cols).flat_map(|c| (0..w.rows).map(move |r| (r, c))).map(|(r, c)| v[r * w.cols + c]).collect();
+        self.tensors.insert(name.to_string(), (Weight::from_f32(w.cols, w.rows, &t), file));
+        Ok(())
+    }
+
+    /// Gives the tensor `from` the name `to` (a checkpoint naming a module otherwise).
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        let entry = self.get(from)?.clone();
+        self.tensors.remove(from);
+        self.tensors.insert(to.to_string(), entry);
+        Ok(())
+    }
+
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
         self.tensors.get(name).ok_or_else(|| Error::file(&self.origin, format!("tensor {name} is missing")))
     }
-}
-
-/// The safetensors files of a directory: those named in the index, else `model.safetensors`,
-/// else every `*.safetensors`.
-fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let index = dir.join("model.safetensors.index.json");
-    if index.exists() {
-        let text = std::fs::read_to_string(&index).map_err(|e| Error::file(&index, e.to_string()))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| Error::file(&index, format!("bad JSON: {e}")))?;
-        let map = json
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| Error::file(&index, "no weight_map object"))?;
-        let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect::<Vec<_>>();
-        files.sort();
-        files.dedup();
-        return Ok(files);
-    }
-    let single = dir.join("model.safetensors");
-    if single.exists() {
-        return Ok(vec![single]);
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::file(dir, e.to_string()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(Error::file(dir, "no *.safetensors files"));
-    }
-    Ok(files)
-}
-
-fn load_safetensors(path: &Path, out: &mut HashMap<String, (Weight, PathBuf)>) -> Result<()> {
-    let file = File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
-    // SAFETY: read-only map of a file we do not modify.
-    let mmap = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, format!("cannot map: {e}")))?);
-    let (header_len, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| {
-        let msg = match e {
-            // The header runs past the end of the file, or its tensors do not end where the file does.
-            SafeTensorError::HeaderTooSmall
-            | SafeTensorError::InvalidHeaderLength
-            | SafeTensorError::MetadataIncompleteBuffer => {
-                format!("file is truncated or corrupt: {e} (the file has {} bytes)", mmap.len())
-            }
-            e => format!("not a valid safetensors file: {e}"),
-        };
-        Error::file(path, msg)
-    })?;
-    let data_start = 8 + header_len;
-    for (name, info) in meta.tensors() {
-        let ty = match info.dtype {
-            Dtype::F32 => GgmlType::F32,
-            Dtype::F16 => GgmlType::F16,
-            Dtype::BF16 => GgmlType::BF16,
-            other => return Err(Error::file(path, format!("tensor {name}: dtype {other:?} is not supported"))),
-        };
-        let (a, b) = info.data_offsets;
-        let range = data_start + a..data_start + b;
-        if range.end > mmap.len() {
-            return Err(Error::file(path, format!("file is truncated (tensor {name})")));
-        }
-        let cols = *info.shape.last().unwrap_or(&1);
-        let rows = info.shape.iter().rev().skip(1).product::<usize>();
-        let w = Weight::new(ty, rows, cols, Storage::Mapped(mmap.clone(), range))
-            .map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
-        out.insert(name, (w, path.to_path_buf()));
-    }
-    Ok(())
-}
-
-/// `blk.N.attn_q.weight` → `model.layers.N.self_attn.q_proj.weight`, etc. `arch` is the GGUF
-/// `general.architecture`: Gemma's four norms reuse llama's names with other meanings.
-pub fn gguf_to_hf_name(arch: &str, name: &str) -> Option<String> {
-    let gemma = arch.starts_with("gemma");
-    let top = match name {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(t.to_string());
-    }
-    let rest = name.strip_prefix("blk.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    layer.parse::<usize>().ok()?;
-    let (module, suffix) = rest.rsplit_once('.')?;
-    let hf = match module {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_norm" if gemma => "pre_feedforward_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "post_attention_norm" => "post_attention_layernorm",
-        "post_ffw_norm" => "post_feedforward_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{hf}.{suffix}"))
 }

@@ -110,25 +110,12 @@ pub fn architecture(config: &Value) -> Result<String> {
         .ok_or_else(|| Error::msg("config.json has no \"architectures\" list"))
 }
 
-/// HF class name for a GGUF `general.architecture`.
-pub fn hf_class_for_gguf(arch: &str) -> Option<&'static str> {
-    Some(match arch {
-        "llama" => "LlamaForCausalLM",
-        "qwen2" => "Qwen2ForCausalLM",
-        "qwen3" => "Qwen3ForCausalLM",
-        "gemma3" => "Gemma3ForCausalLM",
-        _ => return None,
-    })
-}
-
 /// Builds an HF-style config from GGUF metadata (the inverse of llama.cpp's converter).
 pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     let arch = g.architecture()?;
-    let class = hf_class_for_gguf(arch).ok_or_else(|| {
-        Error::file(
-            &g.path,
-            format!("GGUF architecture {arch:?} is not supported (supported: llama, qwen2, qwen3, gemma3)"),
-        )
+    let spec = crate::registry::by_gguf_arch(arch).ok_or_else(|| {
+        let supported = crate::registry::supported_gguf().join(", ");
+        Error::file(&g.path, format!("GGUF architecture {arch:?} is not supported (supported: {supported})"))
     })?;
     let key = |k: &str| format!("{arch}.{k}");
     let req = |k: &str| g.require_u64(&key(k)).map(|v| v as usize);
@@ -145,7 +132,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     })?;
     let layers = req("block_count")?;
     let mut c = json!({
-        "architectures": [class],
+        "architectures": [spec.hf_class],
         "hidden_size": hidden,
         "intermediate_size": req("feed_forward_length")?,
         "num_hidden_layers": layers,
@@ -163,15 +150,8 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     if let Some(t) = g.get_str(&key("rope.scaling.type")).filter(|t| *t != "none") {
         c["rope_scaling"] = json!({"rope_type": t, "factor": g.get_f64(&key("rope.scaling.factor"))});
     }
-    if arch == "gemma3" {
-        // Not stored in the GGUF; llama.cpp hard-codes them for gemma3 as well.
-        let layer_types: Vec<&str> =
-            (0..layers).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect();
-        c["sliding_window"] = json!(g.get_u64(&key("attention.sliding_window")));
-        c["layer_types"] = json!(layer_types);
-        c["rope_local_base_freq"] = json!(10000.0);
-        c["query_pre_attn_scalar"] = json!(head_dim);
-        c["hidden_activation"] = json!("gelu_pytorch_tanh");
+    if let Some(quirks) = spec.gguf_config {
+        quirks(g, &mut c)?;
     }
     Ok(c)
 }

@@ -1,5 +1,5 @@
 //! Building blocks shared by the architectures: linear, RMSNorm, embedding, rotary tables,
-//! attention over the paged cache, gated MLP.
+//! attention over the paged cache (the feed-forward blocks are in `mlp.rs`, norms in `norm.rs`).
 
 use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
@@ -163,70 +163,6 @@ pub struct AttentionBuffers {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
     pub attn: Vec<f32>,
-}
-
-/// Everything one forward pass writes, kept between passes so decode does not allocate per op.
-#[derive(Default)]
-pub struct Workspace {
-    /// The residual stream, `tokens × hidden`.
-    pub h: Vec<f32>,
-    /// A normed copy of `h`.
-    pub x: Vec<f32>,
-    /// A sub-layer's output.
-    pub y: Vec<f32>,
-    pub attention: AttentionBuffers,
-    pub gate: Vec<f32>,
-    pub up: Vec<f32>,
-    pub rope: RopeTable,
-    /// A second rotary table (Gemma's local layers).
-    pub rope_local: RopeTable,
-    /// Hidden states of the rows that need logits.
-    pub last: Vec<f32>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    Silu,
-    GeluTanh,
-}
-
-impl Activation {
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "silu" | "swish" => Some(Activation::Silu),
-            "gelu_pytorch_tanh" | "gelu_tanh" => Some(Activation::GeluTanh),
-            _ => None,
-        }
-    }
-}
-
-/// `down(act(gate(x)) * up(x))`.
-pub struct GatedMlp {
-    pub gate_proj: Linear,
-    pub up_proj: Linear,
-    pub down_proj: Linear,
-    pub act: Activation,
-}
-
-impl GatedMlp {
-    pub fn load(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize, act: Activation) -> Result<Self> {
-        Ok(GatedMlp {
-            gate_proj: Linear::load(ck, &format!("{prefix}.gate_proj"), inter, hidden, false)?,
-            up_proj: Linear::load(ck, &format!("{prefix}.up_proj"), inter, hidden, false)?,
-            down_proj: Linear::load(ck, &format!("{prefix}.down_proj"), hidden, inter, false)?,
-            act,
-        })
-    }
-
-    /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
-    pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
-        Linear::forward_many([&self.gate_proj, &self.up_proj], x, m, [gate, up]);
-        match self.act {
-            Activation::Silu => ops::silu_mul(gate, up),
-            Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
-        }
-        self.down_proj.forward(gate, m, out);
-    }
 }
 
 /// Copies the rows of `hidden` that need logits into `out`.

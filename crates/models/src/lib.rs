@@ -1,19 +1,28 @@
 //! Checkpoint loading, model configs, layers and the supported architectures.
 
+pub mod arch;
 pub mod batch;
 pub mod checkpoint;
 pub mod config;
-pub mod error;
+pub mod decoder;
+pub mod gemma2;
 pub mod gemma3;
-pub mod gguf;
+pub mod gpt2;
 pub mod layers;
 pub mod llama;
+pub mod mistral;
+pub mod mlp;
 pub mod model;
+pub mod norm;
+pub mod phi3;
 pub mod registry;
+
+// The file formats live below models and frontend; re-exported under their old paths.
+pub use vllm_rs_formats::{error, gguf};
 
 pub use batch::{ForwardBatch, GroupBatch};
 pub use error::{Error, Result};
-pub use model::{Model, ModelInfo};
+pub use model::{ForwardInput, Model, ModelInfo, Workspace};
 
 use checkpoint::Checkpoint;
 use gguf::GgufFile;

@@ -1,8 +1,11 @@
 //! What every architecture exposes to the engine.
 
 use crate::batch::ForwardBatch;
+use crate::layers::{AttentionBuffers, gather_rows};
+use std::cell::RefCell;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
+use vllm_rs_kernels::ops::RopeTable;
 
 /// Shape facts the engine needs to size the KV cache and validate requests.
 #[derive(Clone, Debug)]
@@ -20,18 +23,74 @@ pub struct ModelInfo {
     pub kv_cache_specs: Vec<KvCacheSpec>,
 }
 
+/// What a forward pass starts from: token ids to embed, or embeddings given by the caller
+/// (`tokens × hidden_size`, e.g. image or audio features already projected).
+#[derive(Clone, Copy, Debug)]
+pub enum ForwardInput<'a> {
+    TokenIds(&'a [u32]),
+    Embeddings(&'a [f32]),
+}
+
+/// Everything one forward pass writes, kept by the caller between passes so decode does not
+/// allocate per op. A model holds no scratch of its own: one model can serve several callers.
+#[derive(Default)]
+pub struct Workspace {
+    /// The residual stream, `tokens × hidden`.
+    pub h: Vec<f32>,
+    /// A normed copy of `h`; after [`Model::forward`], the final hidden states.
+    pub x: Vec<f32>,
+    /// A sub-layer's output.
+    pub y: Vec<f32>,
+    pub attention: AttentionBuffers,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    /// One rotary table per rotary base the model uses (Gemma's local and global layers).
+    pub ropes: Vec<RopeTable>,
+    /// Hidden states of the rows that need logits.
+    pub selected: Vec<f32>,
+}
+
 pub trait Model: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
-    /// Runs the whole batch once: writes each row's K/V into `kv` and the logits of the rows in
-    /// `batch.logits_indices` into `logits`, `[logits_indices.len() × vocab_size]` (resized,
-    /// reusing its allocation: a step's logits are megabytes at batch 32).
-    fn forward_into(&self, batch: &ForwardBatch, kv: &mut KvCache, logits: &mut Vec<f32>);
+    /// Runs every row of the batch through the model, writing each row's K/V into `kv`;
+    /// returns the final (normed) hidden states, `tokens × hidden_size`, which live in `ws`.
+    fn forward<'w>(
+        &self,
+        input: ForwardInput,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        ws: &'w mut Workspace,
+    ) -> &'w [f32];
+
+    /// Logits of `hidden` (`rows × hidden_size`, final hidden states) into `logits`,
+    /// `[rows × vocab_size]` (resized, reusing its allocation).
+    fn compute_logits(&self, hidden: &[f32], logits: &mut Vec<f32>);
+
+    /// [`Model::forward`] from the batch's token ids, then the logits of the rows in
+    /// `batch.logits_indices` into `logits`, `[logits_indices.len() × vocab_size]`.
+    fn forward_with(&self, batch: &ForwardBatch, kv: &mut KvCache, ws: &mut Workspace, logits: &mut Vec<f32>) {
+        self.forward(ForwardInput::TokenIds(batch.input_ids), batch, kv, ws);
+        let Workspace { x, selected, .. } = ws;
+        gather_rows(x, self.info().hidden_size, batch.logits_indices, selected);
+        self.compute_logits(selected, logits);
+    }
+
+    /// [`Model::forward_with`] on this thread's workspace: the engine thread calls it every
+    /// step, so the buffers keep their allocations across steps without a lock in the model.
+    /// (A caller that owns a [`Workspace`] calls `forward_with` instead.)
+    fn forward_into(&self, batch: &ForwardBatch, kv: &mut KvCache, logits: &mut Vec<f32>) {
+        WORKSPACE.with_borrow_mut(|ws| self.forward_with(batch, kv, ws, logits));
+    }
 
     /// [`Model::forward_into`] a new vector.
-    fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
+    fn logits(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Vec<f32> {
         let mut logits = Vec::new();
         self.forward_into(batch, kv, &mut logits);
         logits
     }
+}
+
+thread_local! {
+    static WORKSPACE: RefCell<Workspace> = RefCell::default();
 }

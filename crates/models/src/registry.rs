@@ -1,41 +1,53 @@
-//! Architectures by Hugging Face class name. Adding one: its file, one line here, one parity test.
+//! The supported architectures. Adding one: its file (with its [`ArchSpec`]), one line here,
+//! one parity test.
 
+use crate::arch::ArchSpec;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::gemma3::Gemma3Model;
-use crate::llama::{LlamaModel, Variant};
 use crate::model::Model;
+use crate::{gemma2, gemma3, gpt2, llama, mistral, phi3};
 use serde_json::Value;
 
-type Loader = fn(&Checkpoint, &Value) -> Result<Box<dyn Model>>;
-
-const REGISTRY: &[(&str, Loader)] = &[
-    ("LlamaForCausalLM", |ck, c| {
-        Ok(Box::new(LlamaModel::load(ck, c, Variant { gguf_qk_permuted: true, ..Default::default() })?))
-    }),
-    ("Qwen2ForCausalLM", |ck, c| {
-        Ok(Box::new(LlamaModel::load(ck, c, Variant { qkv_bias: true, ..Default::default() })?))
-    }),
-    ("Qwen3ForCausalLM", |ck, c| {
-        Ok(Box::new(LlamaModel::load(ck, c, Variant { qk_norm: true, ..Default::default() })?))
-    }),
-    ("Gemma3ForCausalLM", |ck, c| Ok(Box::new(Gemma3Model::load(ck, c)?))),
+pub const ARCHS: &[&ArchSpec] = &[
+    &llama::LLAMA,
+    &llama::QWEN2,
+    &llama::QWEN3,
+    &gemma3::GEMMA3,
+    &mistral::MISTRAL,
+    &gemma2::GEMMA2,
+    &phi3::PHI3,
+    &gpt2::GPT2,
 ];
+
+/// The spec of an HF class name.
+pub fn by_class(class: &str) -> Option<&'static ArchSpec> {
+    ARCHS.iter().copied().find(|a| a.hf_class == class)
+}
+
+/// The spec of a GGUF `general.architecture`.
+pub fn by_gguf_arch(arch: &str) -> Option<&'static ArchSpec> {
+    ARCHS.iter().copied().find(|a| a.gguf_arch == Some(arch))
+}
 
 /// The supported class names, for error messages and `--help`.
 pub fn supported() -> Vec<&'static str> {
-    REGISTRY.iter().map(|(n, _)| *n).collect()
+    ARCHS.iter().map(|a| a.hf_class).collect()
+}
+
+/// The GGUF architectures read, for error messages.
+pub fn supported_gguf() -> Vec<&'static str> {
+    ARCHS.iter().filter_map(|a| a.gguf_arch).collect()
 }
 
 /// Builds the model named by `architecture` from the checkpoint.
 pub fn build(architecture: &str, ck: &Checkpoint, config: &Value) -> Result<Box<dyn Model>> {
-    let (_, load) = REGISTRY.iter().find(|(n, _)| *n == architecture).ok_or_else(|| unsupported(architecture))?;
-    load(ck, config)
+    let spec = by_class(architecture).ok_or_else(|| unsupported(architecture))?;
+    Ok(Box::new((spec.load)(ck, config)?))
 }
 
 /// Checks an architecture name before any weights are read.
 pub fn check(architecture: &str) -> Result<()> {
-    if supported().contains(&architecture) { Ok(()) } else { Err(unsupported(architecture)) }
+    by_class(architecture).map(|_| ()).ok_or_else(|| unsupported(architecture))
 }
 
 fn unsupported(architecture: &str) -> Error {

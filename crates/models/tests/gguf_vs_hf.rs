@@ -66,7 +66,7 @@ fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
         }],
         logits_indices: rows,
     };
-    model.forward(&batch, &mut kv)
+    model.logits(&batch, &mut kv)
 }
 
 fn top2_rel_margin(x: &[f32]) -> f64 {

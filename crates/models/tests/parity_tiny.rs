@@ -87,3 +87,23 @@ fn qwen3() {
 fn gemma3() {
     check_arch("gemma3", "Gemma3ForCausalLM");
 }
+
+#[test]
+fn mistral() {
+    check_arch("mistral", "MistralForCausalLM");
+}
+
+#[test]
+fn gemma2() {
+    check_arch("gemma2", "Gemma2ForCausalLM");
+}
+
+#[test]
+fn phi3() {
+    check_arch("phi3", "Phi3ForCausalLM");
+}
+
+#[test]
+fn gpt2() {
+    check_arch("gpt2", "GPT2LMHeadModel");
+}

@@ -23,7 +23,7 @@ pub fn hf_tokenizer(name: &str) -> Tokenizer {
 }
 
 pub fn gguf_tokenizer(name: &str) -> Tokenizer {
-    let g = vllm_rs_models::gguf::GgufFile::open(&vllm_rs_testutil::gguf_path(name)).unwrap();
+    let g = vllm_rs_formats::gguf::GgufFile::open(&vllm_rs_testutil::gguf_path(name)).unwrap();
     Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 

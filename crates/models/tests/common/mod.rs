@@ -70,7 +70,7 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
             }],
             logits_indices: &last,
         };
-        let logits = model.forward(&batch, &mut kv);
+        let logits = model.logits(&batch, &mut kv);
         assert_eq!(logits.len(), vocab);
         done = end;
         if done < prompt.len() {
@@ -129,7 +129,7 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
             groups: vec![GroupBatch { slot_mapping: &slots, seqs }],
             logits_indices: &last,
         };
-        let logits = model.forward(&batch, &mut kv);
+        let logits = model.logits(&batch, &mut kv);
         assert_eq!(logits.len(), n * vocab);
         for s in 0..n {
             let next = argmax(&logits[s * vocab..(s + 1) * vocab]);

@@ -1,0 +1,83 @@
+//! safetensors: the shard files of an HF model directory and the tensors of each file.
+
+use crate::error::{Error, Result};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vllm_rs_kernels::{GgmlType, Storage, Weight};
+
+/// The safetensors files of a directory: those named in the index, else `model.safetensors`,
+/// else every `*.safetensors`.
+pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(|e| Error::file(&index, e.to_string()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::file(&index, format!("bad JSON: {e}")))?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| Error::file(&index, "no weight_map object"))?;
+        let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect::<Vec<_>>();
+        files.sort();
+        files.dedup();
+        return Ok(files);
+    }
+    let single = dir.join("model.safetensors");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::file(dir, e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Error::file(dir, "no *.safetensors files"));
+    }
+    Ok(files)
+}
+
+/// Every tensor of one safetensors file, memory-mapped, as a `rows × cols` weight (`rows` the
+/// product of the outer dimensions).
+pub fn read_tensors(path: &Path) -> Result<Vec<(String, Weight)>> {
+    let file = File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
+    // SAFETY: read-only map of a file we do not modify.
+    let mmap = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, format!("cannot map: {e}")))?);
+    let (header_len, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| {
+        let msg = match e {
+            // The header runs past the end of the file, or its tensors do not end where the file does.
+            SafeTensorError::HeaderTooSmall
+            | SafeTensorError::InvalidHeaderLength
+            | SafeTensorError::MetadataIncompleteBuffer => {
+                format!("file is truncated or corrupt: {e} (the file has {} bytes)", mmap.len())
+            }
+            e => format!("not a valid safetensors file: {e}"),
+        };
+        Error::file(path, msg)
+    })?;
+    let data_start = 8 + header_len;
+    let mut out = Vec::new();
+    for (name, info) in meta.tensors() {
+        let ty = match info.dtype {
+            Dtype::F32 => GgmlType::F32,
+            Dtype::F16 => GgmlType::F16,
+            Dtype::BF16 => GgmlType::BF16,
+            other => return Err(Error::file(path, format!("tensor {name}: dtype {other:?} is not supported"))),
+        };
+        let (a, b) = info.data_offsets;
+        let range = data_start + a..data_start + b;
+        if range.end > mmap.len() {
+            return Err(Error::file(path, format!("file is truncated (tensor {name})")));
+        }
+        let cols = *info.shape.last().unwrap_or(&1);
+        let rows = info.shape.iter().rev().skip(1).product::<usize>();
+        let w = Weight::new(ty, rows, cols, Storage::Mapped(mmap.clone(), range))
+            .map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
+        out.push((name, w));
+    }
+    Ok(out)
+}

@@ -1,0 +1,184 @@
+//! The one decoder-only model: embedding → layers (attention + feed-forward + norms, chosen per
+//! layer) → final norm → `lm_head`. Every architecture is an instance built by its own file.
+//!
+//! A layer runs pre-norm: `h += [post_attn_norm](attn(input_norm(h)))`, then
+//! `h += [post_mlp_norm](mlp(pre_mlp_norm(h)))`; the optional norms are Gemma's "sandwich" norms.
+//! Each residual add is fused with the norm that follows it (row by row while in cache).
+
+use crate::batch::ForwardBatch;
+use crate::checkpoint::Checkpoint;
+use crate::config::CommonConfig;
+use crate::error::Result;
+use crate::layers::{Attention, Embedding, Linear, RmsNorm};
+use crate::mlp::FeedForward;
+use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
+use crate::norm::Norm;
+use serde_json::Value;
+use vllm_rs_kernels::Weight;
+use vllm_rs_kernels::attention::{AttentionParams, KvCache};
+use vllm_rs_kernels::matmul::matmul;
+use vllm_rs_kernels::ops::RopeTable;
+
+pub struct DecoderLayer {
+    pub input_norm: Norm,
+    pub self_attn: Attention,
+    /// Applied to the attention output before the residual add (Gemma).
+    pub post_attn_norm: Option<Norm>,
+    pub pre_mlp_norm: Norm,
+    pub mlp: FeedForward,
+    /// Applied to the MLP output before the residual add (Gemma).
+    pub post_mlp_norm: Option<Norm>,
+    /// Which of the model's rotary tables this layer's attention uses.
+    pub rope: usize,
+}
+
+pub struct DecoderModel {
+    pub info: ModelInfo,
+    pub embed_tokens: Embedding,
+    /// Multiplies every token embedding (Gemma's `sqrt(hidden_size)`), 1 for none.
+    pub embed_scale: f32,
+    /// Learned absolute positions added to the input embeddings (GPT-2, OPT).
+    pub embed_positions: Option<PositionEmbedding>,
+    pub layers: Vec<DecoderLayer>,
+    pub norm: Norm,
+    pub lm_head: Weight,
+    /// `tanh` soft-capping of the logits (Gemma 2), if set.
+    pub final_logit_softcap: Option<f32>,
+    /// Inverse frequencies of each rotary table the layers index. A model without rotary
+    /// embeddings has one empty table: zero frequency pairs rotate nothing.
+    pub rope_inv_freqs: Vec<Vec<f32>>,
+}
+
+/// A learned table of absolute position embeddings; position `p` reads row `p + offset`
+/// (OPT keeps two unused rows in front).
+pub struct PositionEmbedding {
+    pub weight: Weight,
+    pub offset: usize,
+}
+
+impl PositionEmbedding {
+    /// `h[t] += weight[positions[t] + offset]`, using `row` as scratch.
+    fn add(&self, positions: &[u32], h: &mut [f32], row: &mut Vec<f32>) {
+        let d = self.weight.cols;
+        row.resize(d, 0.0);
+        for (hr, &p) in h.chunks_exact_mut(d).zip(positions) {
+            self.weight.dequantize_row(p as usize + self.offset, row);
+            hr.iter_mut().zip(row.iter()).for_each(|(a, b)| *a += b);
+        }
+    }
+}
+
+impl DecoderModel {
+    /// Writes the embeddings of `ids` into `out` (`ids.len() × hidden_size`).
+    pub fn embed_input_ids(&self, ids: &[u32], out: &mut Vec<f32>) {
+        self.embed_tokens.forward(ids, self.embed_scale, out);
+    }
+}
+
+impl Model for DecoderModel {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn forward<'w>(
+        &self,
+        input: ForwardInput,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        ws: &'w mut Workspace,
+    ) -> &'w [f32] {
+        let n = batch.num_tokens();
+        match input {
+            ForwardInput::TokenIds(ids) => self.embed_input_ids(ids, &mut ws.h),
+            ForwardInput::Embeddings(e) => {
+                ws.h.clear();
+                ws.h.extend_from_slice(e);
+            }
+        }
+        assert_eq!(ws.h.len(), n * self.info.hidden_size, "one input row per batch token");
+        if let Some(pe) = &self.embed_positions {
+            pe.add(batch.positions, &mut ws.h, &mut ws.y);
+        }
+        ws.ropes.resize_with(self.rope_inv_freqs.len(), RopeTable::default);
+        for (table, inv_freq) in ws.ropes.iter_mut().zip(&self.rope_inv_freqs) {
+            table.fill(inv_freq, batch.positions);
+        }
+        ws.x.clone_from(&ws.h);
+        self.layers[0].input_norm.forward(&mut ws.x);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let rope = &ws.ropes[layer.rope];
+            layer.self_attn.forward(&ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
+            if let Some(norm) = &layer.post_attn_norm {
+                norm.forward(&mut ws.y);
+            }
+            layer.pre_mlp_norm.add_forward(&mut ws.h, &ws.y, &mut ws.x);
+            layer.mlp.forward(&ws.x, n, &mut ws.gate, &mut ws.up, &mut ws.y);
+            if let Some(norm) = &layer.post_mlp_norm {
+                norm.forward(&mut ws.y);
+            }
+            // The residual add, and the next norm with it.
+            let next = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
+            next.add_forward(&mut ws.h, &ws.y, &mut ws.x);
+        }
+        &ws.x
+    }
+
+    fn compute_logits(&self, hidden: &[f32], logits: &mut Vec<f32>) {
+        let rows = hidden.len() / self.info.hidden_size;
+        // Every value is overwritten: only new capacity is zeroed.
+        logits.resize(rows * self.info.vocab_size, 0.0);
+        matmul(hidden, rows, &self.lm_head, logits);
+        if let Some(cap) = self.final_logit_softcap {
+            logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        }
+    }
+}
+
+/// The output head: `lm_head.weight`, or the embedding table when tied (and no separate head
+/// is stored; some tied checkpoints store one anyway).
+pub fn lm_head(ck: &Checkpoint, c: &CommonConfig, embed: &Weight) -> Result<Weight> {
+    let w = if c.tie_word_embeddings && !ck.contains("lm_head.weight") {
+        embed.clone()
+    } else {
+        ck.matrix("lm_head.weight", c.vocab_size, c.hidden_size)?
+    };
+    Ok(w.for_matmul())
+}
+
+/// The [`ModelInfo`] of a decoder whose layers are built.
+pub fn model_info(config: &Value, c: &CommonConfig, layers: &[DecoderLayer]) -> Result<ModelInfo> {
+    Ok(ModelInfo {
+        architecture: crate::config::architecture(config)?,
+        num_layers: layers.len(),
+        num_kv_heads: c.num_kv_heads(),
+        head_dim: c.head_dim(),
+        hidden_size: c.hidden_size,
+        vocab_size: c.vocab_size,
+        max_position_embeddings: c.max_position_embeddings,
+        kv_cache_specs: layers.iter().map(|l| l.self_attn.kv_cache_spec()).collect(),
+    })
+}
+
+/// An attention layer shaped by `p` from its `{prefix}.{q,k,v,o}_proj` projections
+/// (`bias`: whether q/k/v and o have biases) and optional per-head q/k norms.
+pub fn load_attention(
+    ck: &Checkpoint,
+    prefix: &str,
+    hidden: usize,
+    params: AttentionParams,
+    (qkv_bias, o_bias): (bool, bool),
+    [q_norm, k_norm]: [Option<RmsNorm>; 2],
+    rope_interleaved: bool,
+) -> Result<Attention> {
+    let (q, kv) = (params.num_heads * params.head_dim, params.num_kv_heads * params.head_dim);
+    Ok(Attention {
+        q_proj: Linear::load(ck, &format!("{prefix}.q_proj"), q, hidden, qkv_bias)?,
+        k_proj: Linear::load(ck, &format!("{prefix}.k_proj"), kv, hidden, qkv_bias)?,
+        v_proj: Linear::load(ck, &format!("{prefix}.v_proj"), kv, hidden, qkv_bias)?,
+        o_proj: Linear::load(ck, &format!("{prefix}.o_proj"), hidden, q, o_bias)?,
+        q_norm,
+        k_norm,
+        params,
+        rope_interleaved,
+    })
+}
