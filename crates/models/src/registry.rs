@@ -5,7 +5,7 @@ use crate::arch::ArchSpec;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::{gemma2, gemma3, gpt2, llama, mistral, phi3};
+use crate::{gemma2, gemma3, gpt2, llama, mistral, opt, phi3};
 use serde_json::Value;
 
 pub const ARCHS: &[&ArchSpec] = &[
@@ -17,6 +17,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &gemma2::GEMMA2,
     &phi3::PHI3,
     &gpt2::GPT2,
+    &opt::OPT,
 ];
 
 /// The spec of an HF class name.
