@@ -7,14 +7,15 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, PositionEmbedding, lm_head, load_attention, model_info};
+use crate::decoder::{
+    DecoderLayer, DecoderModel, PositionEmbedding, full_attention, lm_head, load_attention, model_info,
+};
 use crate::error::{Error, Result};
 use crate::layers::{Embedding, Linear};
 use crate::mlp::{Activation, FeedForward, Mlp};
 use crate::norm::{LayerNorm, Norm};
 use serde::Deserialize;
 use serde_json::Value;
-use vllm_rs_kernels::attention::AttentionParams;
 
 pub const GPT2: ArchSpec = ArchSpec {
     hf_class: "GPT2LMHeadModel",
@@ -98,14 +99,7 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     let mut layers = Vec::with_capacity(g.n_layer);
     for i in 0..g.n_layer {
         let p = format!("transformer.h.{i}");
-        let params = AttentionParams {
-            num_heads: g.n_head,
-            num_kv_heads: g.n_head,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            sliding_window: None,
-            softcap: None,
-        };
+        let params = full_attention(g.n_head, g.n_head, hd);
         layers.push(DecoderLayer {
             input_norm: norm(&format!("{p}.ln_1"))?,
             self_attn: load_attention(ck, &format!("{p}.attn"), hidden, params, (true, true), [None, None], false)?,

@@ -14,6 +14,7 @@ pub mod mistral;
 pub mod mlp;
 pub mod model;
 pub mod norm;
+pub mod opt;
 pub mod phi3;
 pub mod registry;
 

@@ -7,6 +7,21 @@ use crate::layers::Linear;
 use vllm_rs_kernels::ops;
 
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))`, as `ops::gelu_tanh_mul` computes it.
+/// `0.5 x (1 + erf(x / sqrt(2)))`, torch's exact `gelu`.
+fn gelu(x: f32) -> f32 {
+    (0.5 * x as f64 * (1.0 + erf(x as f64 / std::f64::consts::SQRT_2))) as f32
+}
+
+/// The error function, Abramowitz & Stegun 7.1.26 in f64: absolute error below 1.5e-7, about
+/// one f32 ulp of `erf` near 1 (std has no `erf`).
+fn erf(x: f64) -> f64 {
+    const P: f64 = 0.327_591_1;
+    const A: [f64; 5] = [0.254_829_592, -0.284_496_736, 1.421_413_741, -1.453_152_027, 1.061_405_429];
+    let t = 1.0 / (1.0 + P * x.abs());
+    let poly = A.iter().rev().fold(0.0, |acc, a| (acc + a) * t);
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}
+
 fn gelu_tanh(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2/pi)
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
@@ -16,6 +31,8 @@ fn gelu_tanh(x: f32) -> f32 {
 pub enum Activation {
     Silu,
     GeluTanh,
+    /// Exact GELU (erf).
+    Gelu,
     Relu,
 }
 
@@ -25,6 +42,7 @@ impl Activation {
         match self {
             Activation::Silu => x.iter_mut().for_each(|v| *v /= 1.0 + ops::exp(-*v)),
             Activation::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+            Activation::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v)),
             Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
         }
     }
@@ -34,6 +52,7 @@ impl Activation {
             "silu" | "swish" => Some(Activation::Silu),
             // GPT-2's `gelu_new` is the same tanh approximation.
             "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" => Some(Activation::GeluTanh),
+            "gelu" => Some(Activation::Gelu),
             "relu" => Some(Activation::Relu),
             _ => None,
         }
@@ -64,8 +83,8 @@ impl GatedMlp {
         match self.act {
             Activation::Silu => ops::silu_mul(gate, up),
             Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
-            Activation::Relu => {
-                Activation::Relu.apply(gate);
+            act @ (Activation::Gelu | Activation::Relu) => {
+                act.apply(gate);
                 gate.iter_mut().zip(up.iter()).for_each(|(g, u)| *g *= u);
             }
         }
@@ -101,5 +120,33 @@ impl FeedForward {
             FeedForward::Gated(mlp) => mlp.forward(x, m, gate, up, out),
             FeedForward::Plain(mlp) => mlp.forward(x, m, gate, out),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_and_gelu_match_reference_values() {
+        // math.erf / torch.nn.functional.gelu in float64.
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-0.3, -0.328_626_759_459_127_4),
+            (2.5, 0.999_593_047_982_555),
+        ] {
+            assert!((erf(x) - want).abs() < 2e-7, "erf({x}) = {}, want {want}", erf(x));
+        }
+        // f32 rounding of the result (half an ulp: 1.2e-7 near 3) plus the erf error.
+        for (x, want) in
+            [(1.0f32, 0.841_344_746_068_543f64), (-1.5, -0.100_210_801_903_287), (3.0, 2.995_950_305_905_11)]
+        {
+            assert!((gelu(x) as f64 - want).abs() < 5e-7, "gelu({x}) = {}, want {want}", gelu(x));
+        }
+        let mut x = [-2.0f32, 0.25];
+        Activation::parse("gelu").unwrap().apply(&mut x);
+        assert_eq!(x, [gelu(-2.0), gelu(0.25)]);
     }
 }

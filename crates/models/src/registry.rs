@@ -5,18 +5,18 @@ use crate::arch::ArchSpec;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::{gemma2, gemma3, gpt2, llama, mistral, phi3};
 use serde_json::Value;
 
 pub const ARCHS: &[&ArchSpec] = &[
-    &llama::LLAMA,
-    &llama::QWEN2,
-    &llama::QWEN3,
-    &gemma3::GEMMA3,
-    &mistral::MISTRAL,
-    &gemma2::GEMMA2,
-    &phi3::PHI3,
-    &gpt2::GPT2,
+    &crate::llama::LLAMA,
+    &crate::llama::QWEN2,
+    &crate::llama::QWEN3,
+    &crate::gemma3::GEMMA3,
+    &crate::mistral::MISTRAL,
+    &crate::gemma2::GEMMA2,
+    &crate::phi3::PHI3,
+    &crate::gpt2::GPT2,
+    &crate::opt::OPT,
 ];
 
 /// The spec of an HF class name.

@@ -7,6 +7,7 @@ mod common;
 use common::files::{
     Gguf, Kv, Tensor, copy_model_dir, read_safetensors, scratch_dir, tiny_llama_gguf, write_safetensors,
 };
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use vllm_rs_testutil::test_data;
 
@@ -180,4 +181,19 @@ fn truncated_safetensors() {
 fn missing_path() {
     let p = scratch_dir("missing").join("nothing-here.gguf");
     expect_err(&p, &p, &["no such file"]);
+}
+
+#[test]
+fn opt_variants_not_built_are_refused() {
+    // opt-350m's project_in/out and post-norm layers: a config error naming the key.
+    let d = scratch_dir("opt-refused");
+    copy_model_dir(&tiny("opt"), &d);
+    let cfg = d.join("config.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    for (key, value) in [("word_embed_proj_dim", json!(32)), ("do_layer_norm_before", json!(false))] {
+        let mut bad = v.clone();
+        bad[key] = value;
+        std::fs::write(&cfg, bad.to_string()).unwrap();
+        expect_err(&d, &cfg, &[key, "not supported"]);
+    }
 }

@@ -107,3 +107,8 @@ fn phi3() {
 fn gpt2() {
     check_arch("gpt2", "GPT2LMHeadModel");
 }
+
+#[test]
+fn opt() {
+    check_arch("opt", "OPTForCausalLM");
+}
