@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use vllm_rs_core::{GroupBlockIds, KvCacheLayout, ScheduledRequest, SchedulerOutput};
 use vllm_rs_kernels::attention::{KvCache, SeqAttention};
-use vllm_rs_models::{ForwardBatch, GroupBatch, Model};
+use vllm_rs_models::{ForwardBatch, GroupBatch, Model, Workspace};
 
 /// Per-request state that lives as long as the request (across preemptions): sampling state
 /// and the runner's own copy of the tokens and block tables, kept up to date from the
@@ -70,7 +70,8 @@ pub struct ModelRunner {
     max_model_len: usize,
     /// The flat batch of the last step (kept for its allocations).
     batch: FlatBatch,
-    /// The last step's logits (kept for its allocation).
+    /// The model's scratch buffers and the last step's logits (kept for their allocations).
+    workspace: Workspace,
     logits: Vec<f32>,
 }
 
@@ -123,6 +124,7 @@ impl ModelRunner {
             speculative: c.speculative_config.clone(),
             max_model_len: c.max_model_len,
             batch: FlatBatch::default(),
+            workspace: Workspace::default(),
             logits: Vec::new(),
         }
     }
@@ -231,7 +233,7 @@ impl ModelRunner {
             groups,
             logits_indices: &b.logits_indices,
         };
-        self.model.forward_into(&batch, &mut self.kv, &mut self.logits);
+        self.model.forward_with(&batch, &mut self.kv, &mut self.workspace, &mut self.logits);
         let vocab = self.model.info().vocab_size;
         // Each sampling request's rows: its last known token's, then one per draft.
         let mut samples: Vec<(usize, Vec<&mut [f32]>)> = Vec::new();
