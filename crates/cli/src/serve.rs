@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::info;
 use vllm_rs_engine::EngineHandle;
 use vllm_rs_server::metrics::Metrics;
-use vllm_rs_server::{AppState, CorsConfig, Limits, ModelContext, SamplingDefaults, ServerConfig};
+use vllm_rs_server::{AppState, ConnectionLimits, CorsConfig, Limits, ModelContext, SamplingDefaults, ServerConfig};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -36,7 +36,8 @@ pub struct ServeArgs {
     pub served_model_name: Vec<String>,
 
     /// Require `Authorization: Bearer KEY` (one of these keys) on every route except /health.
-    /// Default: $VLLM_API_KEY when set.
+    /// An empty key is refused. Default: $VLLM_API_KEY when set and not empty; else no
+    /// authentication.
     #[arg(long, num_args = 1..)]
     pub api_key: Vec<String>,
 
@@ -98,6 +99,21 @@ pub struct ServeArgs {
     #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
     pub max_request_body_bytes: u64,
 
+    /// Close a connection that has not sent a complete request head this many seconds after it
+    /// opened or after its previous response: idle keep-alive connections, and clients that
+    /// never finish their headers (uvicorn's flag; 0: never).
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    pub timeout_keep_alive: u64,
+
+    /// Seconds a request body may take to arrive in full after its head; then 408 (0: no limit).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub timeout_body_read: u64,
+
+    /// Most connections open at once; one more is answered 503 and closed (uvicorn's flag; 0: no
+    /// limit).
+    #[arg(long, default_value_t = 1000)]
+    pub limit_concurrency: usize,
+
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -118,12 +134,23 @@ fn list_arg(values: &[String]) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// `secs` seconds; 0: none.
+fn seconds(secs: u64) -> Option<Duration> {
+    (secs > 0).then(|| Duration::from_secs(secs))
+}
+
 pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
     let model_arg = a.model.clone().or_else(|| a.model_flag.clone());
     let shown = model_arg.clone().unwrap_or_else(|| vllm_rs_hub::DEFAULT_MODEL.to_string());
     let served_model_names =
         if a.served_model_name.is_empty() { vec![shown.clone()] } else { a.served_model_name.clone() };
-    let mut api_keys: Vec<String> = a.api_key.iter().filter(|k| !k.is_empty()).cloned().collect();
+    if a.api_key.iter().any(|k| k.trim().is_empty()) {
+        anyhow::bail!(
+            "--api-key is empty: give the key clients must send, or leave the flag out to serve without \
+             authentication"
+        );
+    }
+    let mut api_keys: Vec<String> = a.api_key.clone();
     if api_keys.is_empty()
         && let Ok(k) = std::env::var("VLLM_API_KEY")
         && !k.is_empty()
@@ -145,7 +172,12 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
             max_new_tokens: a.max_new_tokens,
             max_body_bytes: usize::try_from(a.max_request_body_bytes).unwrap_or(usize::MAX),
         },
-        sse_keepalive: (a.sse_keep_alive_interval > 0).then(|| Duration::from_secs(a.sse_keep_alive_interval)),
+        connections: ConnectionLimits {
+            keep_alive_timeout: seconds(a.timeout_keep_alive),
+            body_read_timeout: seconds(a.timeout_body_read),
+            max_connections: a.limit_concurrency,
+        },
+        sse_keepalive: seconds(a.sse_keep_alive_interval),
         shutdown_grace: Duration::from_secs(a.shutdown_timeout),
         trust_request_chat_template: a.trust_request_chat_template,
         response_role: a.response_role.clone(),

@@ -105,6 +105,9 @@ fn unknown_flags_are_a_clear_error() {
         "--max-prompt-chars",
         "--max-new-tokens",
         "--shutdown-timeout",
+        "--timeout-keep-alive",
+        "--timeout-body-read",
+        "--limit-concurrency",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
@@ -131,4 +134,35 @@ fn kv_cache_dtype_is_applied_and_bad_values_are_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("fp8") && err.contains("float16") && err.contains("bfloat16"), "{err}");
+}
+
+#[test]
+fn an_empty_api_key_is_refused_at_start_up() {
+    let mut args = vec!["serve".to_string()];
+    args.extend(common::default_args());
+    args.extend(["--host", "127.0.0.1", "--port", "0", "--api-key", ""].map(String::from));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
+        .args(&args)
+        .env_remove("VLLM_API_KEY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`--api-key ''` started a server without authentication");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_ne!(status.code(), Some(0));
+    assert!(err.contains("--api-key") && err.contains("empty"), "{err}");
+    assert!(!err.contains("listening on"), "it must refuse before it listens: {err}");
 }

@@ -2,11 +2,14 @@
 //!
 //! The thread owns the [`EngineCore`]; nothing else touches it. Callers send commands over a
 //! channel and get each request's outputs on its own stream. Dropping a stream before the
-//! request finished aborts it, which frees its KV blocks.
+//! request finished aborts it, which frees its KV blocks. That abort names the request by id and
+//! by the stream that added it: a stream whose own request was refused (say, a duplicate id) can
+//! never abort another caller's request with the same id.
 
 use crate::engine_core::{EngineConfig, EngineCore, EngineError, EngineRequest, RequestOutput};
 use crate::stats::EngineStats;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -14,9 +17,15 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use vllm_rs_core::FinishReason;
 use vllm_rs_models::ModelInfo;
 
+type OutputSender = UnboundedSender<Result<RequestOutput, EngineError>>;
+
 enum Command {
-    Add(Box<EngineRequest>, UnboundedSender<Result<RequestOutput, EngineError>>),
+    /// A request, where its outputs go, and the number of the stream that added it.
+    Add(Box<EngineRequest>, OutputSender, u64),
     Abort(Vec<String>),
+    /// Stream `1` went away before its request finished: abort the request `0` if that stream
+    /// added it (and it still runs).
+    Cancel(String, u64),
     Shutdown,
 }
 
@@ -26,6 +35,7 @@ pub struct EngineHandle {
     pub config: EngineConfig,
     pub model_info: ModelInfo,
     thread: Mutex<Option<JoinHandle<()>>>,
+    next_stream: AtomicU64,
 }
 
 impl EngineHandle {
@@ -40,7 +50,14 @@ impl EngineHandle {
             .name("vllm-rs-engine".into())
             .spawn(move || engine_loop(core, rx, shared))
             .expect("spawn engine thread");
-        Arc::new(EngineHandle { tx, stats, config, model_info, thread: Mutex::new(Some(thread)) })
+        Arc::new(EngineHandle {
+            tx,
+            stats,
+            config,
+            model_info,
+            thread: Mutex::new(Some(thread)),
+            next_stream: AtomicU64::new(0),
+        })
     }
 
     /// Queues a request; its outputs arrive on the returned stream.
@@ -48,8 +65,9 @@ impl EngineHandle {
         req.params.validate(self.model_info.vocab_size)?;
         let (out_tx, out_rx) = unbounded_channel();
         let id = req.request_id.clone();
-        self.tx.send(Command::Add(Box::new(req), out_tx)).map_err(|_| EngineError::Stopped)?;
-        Ok(RequestStream { request_id: id, rx: out_rx, cmd: self.tx.clone(), finished: false })
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(Command::Add(Box::new(req), out_tx, stream)).map_err(|_| EngineError::Stopped)?;
+        Ok(RequestStream { request_id: id, rx: out_rx, cmd: self.tx.clone(), finished: false, stream })
     }
 
     /// Ends requests now (e.g. a stop string matched); their streams close.
@@ -82,6 +100,8 @@ pub struct RequestStream {
     rx: UnboundedReceiver<Result<RequestOutput, EngineError>>,
     cmd: mpsc::Sender<Command>,
     finished: bool,
+    /// Which `add_request` call made this stream.
+    stream: u64,
 }
 
 impl RequestStream {
@@ -116,12 +136,13 @@ impl RequestStream {
 impl Drop for RequestStream {
     fn drop(&mut self) {
         if !self.finished {
-            let _ = self.cmd.send(Command::Abort(vec![self.request_id.clone()]));
+            let _ = self.cmd.send(Command::Cancel(self.request_id.clone(), self.stream));
         }
     }
 }
 
-type Senders = HashMap<String, UnboundedSender<Result<RequestOutput, EngineError>>>;
+/// Running requests: where their outputs go, and which stream added them.
+type Senders = HashMap<String, (u64, OutputSender)>;
 
 fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mutex<EngineStats>>) {
     let mut senders: Senders = HashMap::new();
@@ -151,7 +172,7 @@ fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mut
             for o in outputs {
                 let id = o.request_id.clone();
                 let done = o.finish_reason.is_some();
-                let delivered = senders.get(&id).is_some_and(|tx| tx.send(Ok(o)).is_ok());
+                let delivered = senders.get(&id).is_some_and(|(_, tx)| tx.send(Ok(o)).is_ok());
                 if done || !delivered {
                     senders.remove(&id);
                 }
@@ -170,11 +191,11 @@ fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mut
 /// Applies one command; returns false on shutdown.
 fn apply(core: &mut EngineCore, senders: &mut Senders, cmd: Command) -> bool {
     match cmd {
-        Command::Add(req, tx) => {
+        Command::Add(req, tx, stream) => {
             let id = req.request_id.clone();
             match core.add_request(*req) {
                 Ok(()) => {
-                    senders.insert(id, tx);
+                    senders.insert(id, (stream, tx));
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
@@ -185,6 +206,12 @@ fn apply(core: &mut EngineCore, senders: &mut Senders, cmd: Command) -> bool {
             core.abort(&ids, FinishReason::Abort);
             for id in ids {
                 senders.remove(&id);
+            }
+        }
+        Command::Cancel(id, stream) => {
+            if senders.get(&id).is_some_and(|(s, _)| *s == stream) {
+                senders.remove(&id);
+                core.abort(&[id], FinishReason::Abort);
             }
         }
         Command::Shutdown => {

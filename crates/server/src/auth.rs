@@ -1,6 +1,6 @@
 //! Bearer-token authentication (vLLM's `--api-key` / `VLLM_API_KEY`). Every route needs the key
-//! except `/health` (and CORS preflights); a missing or wrong key is vLLM's 401
-//! `{"error": "Unauthorized"}`.
+//! except `/health` (and CORS preflights); a missing or wrong key is a 401 in the OpenAI error
+//! shape. An empty key is refused at start-up (it would turn authentication off).
 
 use crate::errors::unauthorized;
 use crate::state::AppState;

@@ -12,6 +12,7 @@ pub struct ServerConfig {
     pub api_keys: Vec<String>,
     pub cors: CorsConfig,
     pub limits: Limits,
+    pub connections: ConnectionLimits,
     /// Send `: keep-alive` comments on idle streams this often (`None`: never, as vLLM's default).
     pub sse_keepalive: Option<Duration>,
     /// After SIGINT/SIGTERM, how long in-flight requests may take to finish.
@@ -36,6 +37,7 @@ impl Default for ServerConfig {
             api_keys: Vec::new(),
             cors: CorsConfig::default(),
             limits: Limits::default(),
+            connections: ConnectionLimits::default(),
             sse_keepalive: None,
             shutdown_grace: Duration::from_secs(30),
             trust_request_chat_template: false,
@@ -63,6 +65,31 @@ impl Default for CorsConfig {
             allowed_methods: vec!["*".into()],
             allowed_headers: vec!["*".into()],
             allow_credentials: false,
+        }
+    }
+}
+
+/// Guards against clients that open connections and do not finish their requests.
+#[derive(Clone, Debug)]
+pub struct ConnectionLimits {
+    /// A connection must send a complete request head within this long of opening, or of the
+    /// end of its previous response, else it is closed (uvicorn's `--timeout-keep-alive`, which
+    /// closes idle keep-alive connections; here it also bounds a slow head). `None`: no limit.
+    pub keep_alive_timeout: Option<Duration>,
+    /// A request's body must have arrived within this long of its head, else 408. `None`: no
+    /// limit.
+    pub body_read_timeout: Option<Duration>,
+    /// Most connections open at once; one more is answered 503 and closed (uvicorn's
+    /// `--limit-concurrency`). 0: no limit.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            keep_alive_timeout: Some(Duration::from_secs(5)),
+            body_read_timeout: Some(Duration::from_secs(60)),
+            max_connections: 1000,
         }
     }
 }

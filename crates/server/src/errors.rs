@@ -2,7 +2,7 @@
 //! status in `code` (vLLM's `ErrorResponse` / `create_error_response`).
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use vllm_rs_engine::{EngineError, ParamError};
@@ -94,6 +94,14 @@ impl ApiError {
         )
     }
 
+    pub fn body_timeout(after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "RequestTimeoutError",
+            format!("The request body did not arrive within {} s (see --timeout-body-read).", after.as_secs_f64()),
+        )
+    }
+
     /// The JSON text of the error (for an SSE `data:` line).
     pub fn to_json(&self) -> String {
         let body = ErrorBody {
@@ -145,14 +153,28 @@ impl From<vllm_rs_frontend::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, self.to_json()).into_response();
-        r.headers_mut().insert(axum::http::header::CONTENT_TYPE, "application/json".parse().expect("header"));
+        let headers = r.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // The rest of the body was not read: the connection cannot carry another request.
+        if matches!(self.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT) {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         r
     }
 }
 
-/// vLLM's answer to a missing or wrong API key (its authentication middleware).
+/// The answer to a missing or wrong API key: 401 as the OpenAI error object (vLLM answers a bare
+/// `{"error": "Unauthorized"}`; clients parse every other error as the object), with the
+/// `WWW-Authenticate` challenge HTTP asks for.
 pub fn unauthorized() -> Response {
-    (StatusCode::UNAUTHORIZED, Json(serde_json::json!({"error": "Unauthorized"}))).into_response()
+    let mut r = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "AuthenticationError",
+        "Unauthorized: this server needs a valid API key (`Authorization: Bearer <key>`).",
+    )
+    .into_response();
+    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    r
 }
 
 /// FastAPI's answer for an unknown path / a known path with the wrong method.

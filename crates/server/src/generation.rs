@@ -2,6 +2,10 @@
 //! turn outputs into text deltas ([`OutputProcessor`]), abort a sequence when a stop string ends
 //! it, and record each sequence's timing in the metrics.
 //!
+//! Engine request ids are the response id plus a number unique in this process, as vLLM appends a
+//! random suffix: a client-chosen `request_id` shows in responses but never names another
+//! client's engine request (nor is refused because another client uses it).
+//!
 //! Dropping a [`Generation`] (the client went away, the response future was cancelled) drops the
 //! engine streams, which aborts the unfinished sequences and frees their KV blocks.
 
@@ -11,6 +15,7 @@ use crate::prompt::Prompt;
 use crate::state::ModelContext;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use vllm_rs_engine::{EngineError, EngineRequest, FinishReason, RequestOutput, SamplingParams, TokenLogprobs};
 use vllm_rs_frontend::{OutputDelta, OutputOptions, OutputProcessor};
@@ -74,7 +79,8 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Checks every sequence, then submits them all. `base_id` prefixes the engine request ids.
+    /// Checks every sequence, then submits them all. `base_id` (the response id) prefixes the
+    /// engine request ids.
     pub fn start(
         model: Arc<ModelContext>,
         base_id: &str,
@@ -90,7 +96,7 @@ impl Generation {
         for (i, spec) in specs.into_iter().enumerate() {
             let proc = OutputProcessor::new(model.tokenizer.clone(), &spec.prompt.ids, &spec.output)
                 .map_err(|e| ApiError::invalid("stop", e.to_string()))?;
-            let request_id = if n == 1 { base_id.to_string() } else { format!("{base_id}-{i}") };
+            let request_id = engine_request_id(base_id, (n > 1).then_some(i));
             seqs.push(Sequence {
                 spec,
                 request_id,
@@ -220,6 +226,17 @@ impl Generation {
             max_tokens_param: s.spec.max_tokens_param,
         };
         self.model.metrics.record_sequence(&r);
+    }
+}
+
+/// `base-N` (one sequence) or `base-i-N` (sequence `i` of several), N counting every sequence
+/// this process has submitted.
+fn engine_request_id(base: &str, seq: Option<usize>) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    match seq {
+        None => format!("{base}-{n}"),
+        Some(i) => format!("{base}-{i}-{n}"),
     }
 }
 

@@ -1,14 +1,38 @@
-//! Reading a JSON request body: media type, size limit, syntax, shape — each failure a 4xx in
-//! vLLM's error shape (vLLM answers schema problems with 400 `Bad Request` naming `body.<field>`).
+//! Reading a JSON request body: media type, size limit, time limit, syntax, shape — each failure
+//! a 4xx in vLLM's error shape (vLLM answers schema problems with 400 `Bad Request` naming
+//! `body.<field>`).
+//!
+//! The body is parsed once into its top-level fields as raw JSON text borrowed from the body
+//! bytes ([`RawObject`]); each request type then deserializes straight from that text into
+//! compact types (token ids into `Vec<u32>`), never through a `serde_json::Value` tree, which
+//! costs some 30 bytes a number.
 
 use crate::errors::{ApiError, ApiResult};
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::watch;
 
-/// The body as a JSON object. `limit` is the largest body accepted (0: no limit).
-pub async fn read_object(headers: &HeaderMap, body: Body, limit: usize) -> ApiResult<Map<String, Value>> {
+/// How a body may be read.
+#[derive(Clone, Debug)]
+pub struct BodyLimits {
+    /// Largest body accepted, in bytes (0: no limit).
+    pub max_bytes: usize,
+    /// The whole body must have arrived this long after the request head (`None`: no limit).
+    pub timeout: Option<Duration>,
+}
+
+/// The body's bytes, after the media-type check. Ends early with 503 when the server starts to
+/// shut down (`shutdown` turns true).
+pub async fn read_json_bytes(
+    headers: &HeaderMap,
+    body: Body,
+    limits: &BodyLimits,
+    mut shutdown: watch::Receiver<bool>,
+) -> ApiResult<Vec<u8>> {
     let media_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -21,30 +45,36 @@ pub async fn read_object(headers: &HeaderMap, body: Body, limit: usize) -> ApiRe
             "Unsupported Media Type: Only 'application/json' is allowed",
         ));
     }
-    let limit = if limit == 0 { usize::MAX } else { limit };
-    let bytes = read_limited(body, limit).await?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::schema("", format!("JSON decode error: {e} (line {}, column {})", e.line(), e.column()))
-    })?;
-    match value {
-        Value::Object(m) => Ok(m),
-        other => Err(ApiError::schema(
-            "",
-            format!("Input should be a valid dictionary or object to extract fields from, got {}", kind(&other)),
-        )),
+    let limit = if limits.max_bytes == 0 { usize::MAX } else { limits.max_bytes };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let read = read_limited(body, limit, declared);
+    let timed = async {
+        match limits.timeout {
+            Some(t) => tokio::time::timeout(t, read).await.map_err(|_| ApiError::body_timeout(t))?,
+            None => read.await,
+        }
+    };
+    tokio::select! {
+        r = timed => r,
+        _ = shutdown.wait_for(|down| *down) => Err(ApiError::shutting_down()),
     }
 }
 
 /// Past the limit a body is still read, and thrown away, up to this many bytes in all before the
 /// 413 goes out: a client still sending when the server closes would get a broken pipe instead
-/// of the answer. Bodies larger than this are cut off (the connection closes).
+/// of the answer. A body declared (`Content-Length`) larger than this is refused before any of
+/// it is read; one that turns out larger is cut off (the connection closes).
 const DRAIN_CAP: usize = 64 << 20;
 
 /// The whole body if it is at most `limit` bytes; otherwise 413 once it has been drained.
-async fn read_limited(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
+async fn read_limited(body: Body, limit: usize, declared: Option<u64>) -> ApiResult<Vec<u8>> {
     use futures_util::StreamExt;
+    if declared.is_some_and(|n| n > limit as u64 && n > DRAIN_CAP as u64) {
+        return Err(ApiError::too_large(limit));
+    }
     let mut stream = body.into_data_stream();
-    let (mut bytes, mut seen) = (Vec::new(), 0usize);
+    let expected = declared.map_or(0, |n| n.min(limit as u64) as usize);
+    let (mut bytes, mut seen) = (Vec::with_capacity(expected), 0usize);
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ApiError::schema("", format!("Could not read the request body: {e}")))?;
         seen = seen.saturating_add(chunk.len());
@@ -57,26 +87,96 @@ async fn read_limited(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
     if seen > limit { Err(ApiError::too_large(limit)) } else { Ok(bytes) }
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
+/// A JSON object's top-level fields, each as its raw JSON text (borrowed from the body). A key
+/// given twice keeps its last value, as JSON parsers commonly do.
+pub struct RawObject<'a> {
+    fields: BTreeMap<String, &'a RawValue>,
+}
+
+impl<'a> RawObject<'a> {
+    /// Parses `bytes`, which must be one JSON object.
+    pub fn parse(bytes: &'a [u8]) -> ApiResult<Self> {
+        match serde_json::from_slice::<BTreeMap<String, &'a RawValue>>(bytes) {
+            Ok(fields) => Ok(RawObject { fields }),
+            Err(e) if e.is_data() => Err(ApiError::schema(
+                "",
+                format!(
+                    "Input should be a valid dictionary or object to extract fields from, got {}",
+                    kind(bytes).unwrap_or("something else")
+                ),
+            )),
+            Err(e) => {
+                Err(ApiError::schema("", format!("JSON decode error: {e} (line {}, column {})", e.line(), e.column())))
+            }
+        }
+    }
+
+    /// The fields, by name.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
+        self.fields.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.fields.get(key).copied()
     }
 }
 
-/// Deserializes `value` into `T`; a wrong type names the field (`body.temperature`).
-pub fn typed<T: DeserializeOwned>(value: &Value) -> ApiResult<T> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+/// What a JSON text that is not an object is, from its first byte.
+fn kind(bytes: &[u8]) -> Option<&'static str> {
+    Some(match bytes.iter().find(|b| !b.is_ascii_whitespace())? {
+        b'n' => "null",
+        b't' | b'f' => "a boolean",
+        b'"' => "a string",
+        b'[' => "a list",
+        b'{' => "an object",
+        _ => "a number",
+    })
+}
+
+/// Deserializes the fields into `T`; a wrong type names the field (`body.temperature`).
+pub fn typed<T: DeserializeOwned>(obj: &RawObject) -> ApiResult<T> {
+    let de = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(obj.fields());
+    serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.inner().to_string();
+        // serde_json's position counts from the start of the field's text: of no use to a client.
+        let mut inner = e.inner().to_string();
+        if let Some(at) = inner.rfind(" at line ") {
+            inner.truncate(at);
+        }
         let inner = match inner.strip_prefix("data did not match any variant of untagged enum ") {
             Some(name) => format!("the value has none of the accepted forms ({name})"),
             None => inner,
         };
         ApiError::schema(&path, format!("{path}: {inner}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::completion::{CompletionRequest, PromptInput};
+
+    #[test]
+    fn token_ids_parse_into_u32_and_wrong_shapes_name_the_field() {
+        let body = br#"{"prompt": [1, 2, 3], "prompt": [4, 5], "max_tokens": 3}"#;
+        let obj = RawObject::parse(body).unwrap();
+        let req: CompletionRequest = typed(&obj).unwrap();
+        assert!(matches!(req.prompt, Some(PromptInput::Tokens(ref t)) if t == &[4, 5]));
+        for (bad, param) in [
+            (r#"{"prompt": {"a": 1}}"#, "body.prompt"),
+            (r#"{"prompt": [1, "a"]}"#, "body.prompt"),
+            (r#"{"prompt": [-1]}"#, "body.prompt"),
+            (r#"{"prompt": [[1], 2]}"#, "body.prompt"),
+            (r#"[1, 2]"#, "body"),
+        ] {
+            let e = RawObject::parse(bad.as_bytes()).and_then(|o| typed::<CompletionRequest>(&o)).unwrap_err();
+            assert!(e.param.as_deref().is_some_and(|p| p.starts_with(param)), "{bad}: {e}");
+            assert!(!e.message.contains(" at line "), "{bad}: {e}");
+        }
+        let e = RawObject::parse(br#"{"prompt": "#).err().unwrap();
+        assert_eq!(e.param.as_deref(), Some("body"));
+        assert!(e.message.starts_with("JSON decode error"), "{e}");
+        let e = RawObject::parse(b" 7").err().unwrap();
+        assert!(e.message.contains("got a number"), "{e}");
+    }
 }

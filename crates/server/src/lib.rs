@@ -10,6 +10,7 @@
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod connections;
 pub mod errors;
 pub mod generation;
 pub mod json_body;
@@ -22,6 +23,6 @@ pub mod shutdown;
 pub mod sse;
 pub mod state;
 
-pub use config::{CorsConfig, Limits, ServerConfig};
+pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;
 pub use state::{AppState, ModelContext, SamplingDefaults};

@@ -1,8 +1,8 @@
 //! Serving until a signal: listen, load the model in the background, drain on SIGINT/SIGTERM.
 
 use crate::app::router;
+use crate::connections::serve_connections;
 use crate::state::{AppState, ModelContext};
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -51,15 +51,13 @@ where
             draining.notify_one();
         }
     };
-    let app = router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(graceful).into_future();
+    tokio::spawn(graceful);
+    let server =
+        serve_connections(listener, router(state.clone()), state.config.connections.clone(), state.shutdown_signal());
     tokio::pin!(server);
     let grace = state.config.shutdown_grace;
     let drained = tokio::select! {
-        r = &mut server => {
-            r.map_err(|e| format!("server: {e}"))?;
-            true
-        }
+        () = &mut server => true,
         why = async {
             draining.notified().await;
             tokio::select! {

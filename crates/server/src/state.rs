@@ -3,9 +3,10 @@
 use crate::config::ServerConfig;
 use crate::errors::{ApiError, ApiResult};
 use crate::metrics::Metrics;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
 use vllm_rs_engine::EngineHandle;
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 
@@ -64,7 +65,8 @@ pub struct AppState {
     model: OnceLock<Arc<ModelContext>>,
     pub started: Instant,
     pub started_unix: f64,
-    shutting_down: AtomicBool,
+    /// True once shutdown has begun.
+    shutting_down: watch::Sender<bool>,
     sequences_started: AtomicU64,
 }
 
@@ -76,7 +78,7 @@ impl AppState {
             model: OnceLock::new(),
             started: Instant::now(),
             started_unix,
-            shutting_down: AtomicBool::new(false),
+            shutting_down: watch::Sender::new(false),
             sequences_started: AtomicU64::new(0),
         })
     }
@@ -99,11 +101,16 @@ impl AppState {
     }
 
     pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
+        self.shutting_down.send_replace(true);
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
+        *self.shutting_down.borrow()
+    }
+
+    /// Turns true when shutdown begins.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutting_down.subscribe()
     }
 
     /// The name responses report.

@@ -3,7 +3,7 @@
 
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
-use crate::json_body::typed;
+use crate::json_body::{RawObject, typed};
 use crate::prompt::{ChatInput, TokenizeOptions, chat_prompt};
 use crate::protocol::chat::{
     ChatChoice, ChatMessage, ChatRequest, ChatResponse, ChatStreamChoice, ChatStreamResponse, Delta,
@@ -13,7 +13,7 @@ use crate::protocol::completion::StopReasonJson;
 use crate::protocol::fields::Endpoint;
 use crate::protocol::logprobs::{TokenNamer, chat_logprobs, prompt_logprobs_json};
 use crate::protocol::sampling_fields::SamplingFields;
-use crate::routes::{finish_str, read_request};
+use crate::routes::{finish_str, prepare_off_thread, read_request};
 use crate::sampling::{PlanInputs, RequestPlan};
 use crate::sse;
 use crate::state::{AppState, ModelContext};
@@ -54,9 +54,26 @@ struct Ctx {
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let arrival = Instant::now();
-    let (model, v) = read_request(&state, &headers, body, Endpoint::Chat).await?;
-    let req: ChatRequest = typed(&v)?;
-    let f: SamplingFields = typed(&v)?;
+    let (model, body) = read_request(&state, &headers, body).await?;
+    let (ctx, specs, stream, n) = {
+        let (state, model) = (state.clone(), model.clone());
+        prepare_off_thread(body, Endpoint::Chat, move |obj| prepare(&state, model, obj)).await?
+    };
+    let generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
+    if stream {
+        return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
+    }
+    respond(ctx, generation, n).await
+}
+
+/// The request checked and rendered into sequences (tokenized), whether it streams, and `n`.
+fn prepare(
+    state: &AppState,
+    model: Arc<ModelContext>,
+    obj: &RawObject,
+) -> ApiResult<(Ctx, Vec<SequenceSpec>, bool, usize)> {
+    let req: ChatRequest = typed(obj)?;
+    let f: SamplingFields = typed(obj)?;
     state.check_model(f.model.as_deref())?;
     let Some(messages) = req.messages.as_deref() else {
         return Err(ApiError::schema("messages", "messages: Field required"));
@@ -100,7 +117,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
         template_kwargs: req.chat_template_kwargs.as_ref(),
         documents: req.documents.as_deref(),
     };
-    let rendered = chat_prompt(&input, &opts, &state, &model)?;
+    let rendered = chat_prompt(&input, &opts, state, &model)?;
     let role = if add_generation_prompt {
         state.config.response_role.clone()
     } else {
@@ -117,7 +134,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
             choice: j,
             prompt_index: 0,
             prompt: prompt.clone(),
-            params: plan.params(j, max_tokens, &state, &model),
+            params: plan.params(j, max_tokens, state, &model),
             output: plan.output.clone(),
             max_tokens_param: plan.max_tokens_param_value(max_tokens),
             priority: plan.priority,
@@ -142,13 +159,15 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
         prompt_text: req.return_prompt_text.unwrap_or(false).then(|| prompt.text.clone().unwrap_or_default()),
     };
     model.metrics.record_request(plan.n);
-    let mut generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
-    if f.stream.unwrap_or(false) {
-        return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
-    }
+    Ok((ctx, specs, f.stream.unwrap_or(false), plan.n))
+}
+
+/// The rest of a non-streaming response.
+async fn respond(ctx: Ctx, mut generation: Generation, n: usize) -> ApiResult<Response> {
+    let model = ctx.model.clone();
     let collected = generation.collect().await?;
     let mut namer = TokenNamer::new(&model.tokenizer, ctx.tokens_as_ids);
-    let mut choices = Vec::with_capacity(plan.n);
+    let mut choices = Vec::with_capacity(n);
     let mut prompt_logprobs = None;
     let mut completion_tokens = 0;
     for (seq, c) in generation.sequences().iter().zip(&collected) {

@@ -2,7 +2,7 @@
 
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
-use crate::json_body::typed;
+use crate::json_body::{RawObject, typed};
 use crate::prompt::{TokenizeOptions, completion_prompts};
 use crate::protocol::common::{PromptTokensDetails, Usage, include_usage, request_id, unix_now};
 use crate::protocol::completion::{
@@ -12,7 +12,7 @@ use crate::protocol::completion::{
 use crate::protocol::fields::Endpoint;
 use crate::protocol::logprobs::{TokenNamer, completion_logprobs, prompt_logprobs_json};
 use crate::protocol::sampling_fields::SamplingFields;
-use crate::routes::{finish_str, read_request};
+use crate::routes::{finish_str, prepare_off_thread, read_request};
 use crate::sampling::{PlanInputs, RequestPlan};
 use crate::sse;
 use crate::state::{AppState, ModelContext};
@@ -59,9 +59,23 @@ struct Ctx {
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let arrival = Instant::now();
-    let (model, v) = read_request(&state, &headers, body, Endpoint::Completion).await?;
-    let req: CompletionRequest = typed(&v)?;
-    let f: SamplingFields = typed(&v)?;
+    let (model, body) = read_request(&state, &headers, body).await?;
+    let (ctx, specs, stream) = {
+        let (state, model) = (state.clone(), model.clone());
+        prepare_off_thread(body, Endpoint::Completion, move |obj| prepare(&state, model, obj)).await?
+    };
+    let mut generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
+    if stream {
+        return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
+    }
+    let collected = generation.collect().await?;
+    Ok(Json(full_response(&ctx, &generation, &collected)).into_response())
+}
+
+/// The request checked and turned into sequences (tokenized), and whether it streams.
+fn prepare(state: &AppState, model: Arc<ModelContext>, obj: &RawObject) -> ApiResult<(Ctx, Vec<SequenceSpec>, bool)> {
+    let req: CompletionRequest = typed(obj)?;
+    let f: SamplingFields = typed(obj)?;
     state.check_model(f.model.as_deref())?;
     let echo = f.echo.unwrap_or(false);
     let inputs = PlanInputs {
@@ -101,7 +115,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
                 choice: pi * plan.n + j,
                 prompt_index: pi,
                 prompt: p.clone(),
-                params: plan.params(j, max_tokens, &state, &model),
+                params: plan.params(j, max_tokens, state, &model),
                 output: plan.output.clone(),
                 max_tokens_param: plan.max_tokens_param_value(max_tokens),
                 priority: plan.priority,
@@ -128,12 +142,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
         prompt_details: state.config.enable_prompt_tokens_details,
     };
     model.metrics.record_request(plan.n);
-    let mut generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
-    if stream {
-        return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
-    }
-    let collected = generation.collect().await?;
-    Ok(Json(full_response(&ctx, &generation, &collected)).into_response())
+    Ok((ctx, specs, stream))
 }
 
 /// The prompt as echoed: its text (decoded when it was given as token ids; empty with

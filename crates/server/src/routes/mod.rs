@@ -7,27 +7,46 @@ pub mod metrics;
 pub mod models;
 pub mod tokenize;
 
-use crate::errors::ApiResult;
-use crate::json_body;
+use crate::errors::{ApiError, ApiResult};
+use crate::json_body::{self, BodyLimits, RawObject};
 use crate::protocol::fields::{Endpoint, check_fields};
 use crate::state::{AppState, ModelContext};
 use axum::body::Body;
 use axum::http::HeaderMap;
-use serde_json::Value;
 use std::sync::Arc;
 
-/// The loaded model and the request body as JSON, after the checks every POST endpoint shares:
-/// model ready, JSON media type, size, syntax, and only known or neutral fields.
+/// The loaded model and the request body's bytes, after the checks every POST endpoint shares
+/// before parsing: model ready, JSON media type, size and time limits.
 pub async fn read_request(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
-    endpoint: Endpoint,
-) -> ApiResult<(Arc<ModelContext>, Value)> {
+) -> ApiResult<(Arc<ModelContext>, Vec<u8>)> {
     let model = state.ready_model()?;
-    let obj = json_body::read_object(headers, body, state.config.limits.max_body_bytes).await?;
-    check_fields(&obj, endpoint)?;
-    Ok((model, Value::Object(obj)))
+    let limits = BodyLimits {
+        max_bytes: state.config.limits.max_body_bytes,
+        timeout: state.config.connections.body_read_timeout,
+    };
+    let bytes = json_body::read_json_bytes(headers, body, &limits, state.shutdown_signal()).await?;
+    Ok((model, bytes))
+}
+
+/// Parses the body, checks its fields against `endpoint` (only known or neutral ones), and runs
+/// `prepare` on them — on the blocking pool: parsing, tokenizing and template rendering grow with
+/// the body, and must not hold up the threads that answer every other request. The body's memory
+/// is freed before this returns.
+pub async fn prepare_off_thread<T, F>(body: Vec<u8>, endpoint: Endpoint, prepare: F) -> ApiResult<T>
+where
+    F: FnOnce(&RawObject) -> ApiResult<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let obj = RawObject::parse(&body)?;
+        check_fields(&obj, endpoint)?;
+        prepare(&obj)
+    })
+    .await
+    .unwrap_or_else(|e| Err(ApiError::internal(format!("preparing the request failed: {e}"))))
 }
 
 pub fn finish_str(r: Option<vllm_rs_engine::FinishReason>) -> Option<&'static str> {

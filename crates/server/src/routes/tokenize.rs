@@ -5,8 +5,9 @@ use crate::json_body::typed;
 use crate::prompt::{ChatInput, TokenizeOptions, chat_prompt, check_chars};
 use crate::protocol::fields::Endpoint;
 use crate::protocol::tokenize::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
+use crate::routes::prepare_off_thread;
 use crate::routes::read_request;
-use crate::state::AppState;
+use crate::state::{AppState, ModelContext};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -21,9 +22,13 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, headers: HeaderMap, bo
     }
 }
 
-async fn handle_tokenize(state: &AppState, headers: &HeaderMap, body: Body) -> ApiResult<TokenizeResponse> {
-    let (model, v) = read_request(state, headers, body, Endpoint::Tokenize).await?;
-    let req: TokenizeRequest = typed(&v)?;
+async fn handle_tokenize(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> ApiResult<TokenizeResponse> {
+    let (model, body) = read_request(state, headers, body).await?;
+    let state = state.clone();
+    prepare_off_thread(body, Endpoint::Tokenize, move |obj| tokenize_request(&state, model, typed(obj)?)).await
+}
+
+fn tokenize_request(state: &AppState, model: Arc<ModelContext>, req: TokenizeRequest) -> ApiResult<TokenizeResponse> {
     state.check_model(req.model.as_deref())?;
     let tokens = match (&req.prompt, &req.messages) {
         (Some(_), Some(_)) => return Err(ApiError::bad_request("Give either `prompt` or `messages`, not both.")),
@@ -57,7 +62,7 @@ fn chat_prompt_ids(
     input: &ChatInput,
     opts: &TokenizeOptions,
     state: &AppState,
-    model: &crate::state::ModelContext,
+    model: &ModelContext,
 ) -> ApiResult<Vec<u32>> {
     match chat_prompt(input, opts, state, model) {
         Ok(p) => Ok(p.prompt.ids),
@@ -73,11 +78,15 @@ pub async fn detokenize(State(state): State<Arc<AppState>>, headers: HeaderMap, 
     }
 }
 
-async fn handle_detokenize(state: &AppState, headers: &HeaderMap, body: Body) -> ApiResult<DetokenizeResponse> {
-    let (model, v) = read_request(state, headers, body, Endpoint::Detokenize).await?;
-    let req: DetokenizeRequest = typed(&v)?;
-    state.check_model(req.model.as_deref())?;
-    let Some(tokens) = req.tokens else { return Err(ApiError::schema("tokens", "tokens: Field required")) };
-    let prompt = model.tokenizer.decode(&tokens, false).map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
-    Ok(DetokenizeResponse { prompt })
+async fn handle_detokenize(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> ApiResult<DetokenizeResponse> {
+    let (model, body) = read_request(state, headers, body).await?;
+    let state = state.clone();
+    prepare_off_thread(body, Endpoint::Detokenize, move |obj| {
+        let req: DetokenizeRequest = typed(obj)?;
+        state.check_model(req.model.as_deref())?;
+        let Some(tokens) = req.tokens else { return Err(ApiError::schema("tokens", "tokens: Field required")) };
+        let prompt = model.tokenizer.decode(&tokens, false).map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+        Ok(DetokenizeResponse { prompt })
+    })
+    .await
 }

@@ -1,0 +1,65 @@
+//! Large bodies near the size limit: parsing one costs a small multiple of its size in memory,
+//! and runs off the threads that answer other requests (`/health` stays fast meanwhile).
+
+mod common;
+
+use common::Server;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// Peak resident memory of the process so far, in bytes (Linux `VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kb * 1024
+}
+
+#[test]
+fn a_31_mib_token_id_prompt_costs_little_memory_and_does_not_stall_other_routes() {
+    let s = Server::start(&[]);
+    // Warm up the paths a request takes.
+    let (st, _) = s.post_raw(
+        "/v1/completions",
+        r#"{"prompt": [1, 2, 3], "max_tokens": 2}"#,
+        &[("Content-Type", "application/json")],
+    );
+    assert_eq!(st, 200);
+    // 16 million small token ids: just under the default 32 MiB limit.
+    let n = 16_000_000;
+    let mut body = String::with_capacity(2 * n + 64);
+    body.push_str(r#"{"max_tokens": 4, "prompt": ["#);
+    for i in 0..n {
+        body.push_str(if i + 1 < n { "1," } else { "1" });
+    }
+    body.push_str("]}");
+    assert!(body.len() < 32 << 20);
+    let before = peak_rss(s.pid());
+    let (answers, worst_health) = std::thread::scope(|scope| {
+        let posts: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| s.post_raw("/v1/completions", &body, &[("Content-Type", "application/json")])))
+            .collect();
+        let mut worst = Duration::ZERO;
+        while !posts.iter().all(|p| p.is_finished()) {
+            let t0 = Instant::now();
+            assert_eq!(s.get("/health").0, 200);
+            worst = worst.max(t0.elapsed());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (posts.into_iter().map(|p| p.join().unwrap()).collect::<Vec<_>>(), worst)
+    });
+    let grown = peak_rss(s.pid()).saturating_sub(before);
+    eprintln!("peak RSS +{} MiB; slowest /health {worst_health:?}", grown >> 20);
+    for (st, text) in answers {
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{st}: {text}"));
+        assert_eq!(st, 400, "a prompt longer than the context: {v}");
+        assert_eq!(v["error"]["code"], 400, "{v}");
+    }
+    // Two bodies of 32 MB each in flight: the body bytes plus the ids as u32 (4 bytes each)
+    // and some slack; the old Value-based parse took 1.7 GB for one.
+    assert!(grown < 600 << 20, "peak RSS grew by {} MiB for two 31 MiB bodies", grown >> 20);
+    assert!(worst_health < Duration::from_millis(1500), "/health took {worst_health:?} while bodies were parsed");
+}
