@@ -236,15 +236,20 @@ impl GgufFile {
             let bytes = usize::try_from(n).ok().and_then(|n| ty.bytes_for(n)).ok_or_else(|| {
                 Error::file(path, format!("tensor {name}: shape {dims:?} does not fit {}", ty.name()))
             })?;
-            let start = data_start.checked_add(offset as usize).filter(|_| (offset as usize).is_multiple_of(align));
+            let start = usize::try_from(offset).ok().filter(|o| o.is_multiple_of(align));
             let start = start.ok_or_else(|| Error::file(path, format!("tensor {name}: misaligned offset {offset}")))?;
-            let end = start + bytes;
-            if end > mmap.len() {
+            // Offsets and sizes from the file must not wrap around: checked, then compared.
+            let range = data_start.checked_add(start).and_then(|s| Some(s..s.checked_add(bytes)?));
+            let Some(range) = range.filter(|r| r.end <= mmap.len()) else {
                 return Err(Error::file(
                     path,
-                    format!("file is truncated: tensor {name} needs bytes {start}..{end}, file has {}", mmap.len()),
+                    format!(
+                        "file is truncated: tensor {name} needs {bytes} bytes at offset {offset}, file has {}",
+                        mmap.len()
+                    ),
                 ));
-            }
+            };
+            let (start, end) = (range.start, range.end);
             tensors.insert(name, TensorInfo { dims, ty, range: start..end });
         }
         Ok(GgufFile { path: path.to_path_buf(), version, metadata, tensors, mmap })

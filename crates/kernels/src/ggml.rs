@@ -112,9 +112,10 @@ impl GgmlType {
         self.block_size() > 1
     }
 
-    /// Bytes needed for `n` elements, or `None` if `n` is not a whole number of blocks.
+    /// Bytes needed for `n` elements, or `None` if `n` is not a whole number of blocks or the
+    /// size overflows (a crafted file's element count must not wrap around).
     pub fn bytes_for(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.type_size())
+        n.is_multiple_of(self.block_size()).then_some(n / self.block_size())?.checked_mul(self.type_size())
     }
 
     pub const ALL: [GgmlType; 13] = [
