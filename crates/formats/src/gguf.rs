@@ -239,18 +239,16 @@ impl GgufFile {
             let start = usize::try_from(offset).ok().filter(|o| o.is_multiple_of(align));
             let start = start.ok_or_else(|| Error::file(path, format!("tensor {name}: misaligned offset {offset}")))?;
             // Offsets and sizes from the file must not wrap around: checked, then compared.
-            let range = data_start.checked_add(start).and_then(|s| Some(s..s.checked_add(bytes)?));
-            let Some(range) = range.filter(|r| r.end <= mmap.len()) else {
+            let Some(range) = data_start.checked_add(start).and_then(|s| Some(s..s.checked_add(bytes)?)) else {
+                return Err(Error::file(path, format!("tensor {name}: {bytes} bytes at offset {offset} overflow")));
+            };
+            if range.end > mmap.len() {
                 return Err(Error::file(
                     path,
-                    format!(
-                        "file is truncated: tensor {name} needs {bytes} bytes at offset {offset}, file has {}",
-                        mmap.len()
-                    ),
+                    format!("file is truncated: tensor {name} needs bytes {range:?}, file has {}", mmap.len()),
                 ));
-            };
-            let (start, end) = (range.start, range.end);
-            tensors.insert(name, TensorInfo { dims, ty, range: start..end });
+            }
+            tensors.insert(name, TensorInfo { dims, ty, range });
         }
         Ok(GgufFile { path: path.to_path_buf(), version, metadata, tensors, mmap })
     }
