@@ -254,19 +254,23 @@ impl Scheduler {
             let num_drafts = (start + n).saturating_sub(req.num_tokens());
             let mut spec_token_ids = std::mem::take(&mut req.spec_token_ids);
             spec_token_ids.truncate(num_drafts);
-            let tables = self.kv.block_ids(&id);
+            let num_groups = self.kv.layout.groups.len();
             let (new_prompt_token_ids, resumed_from_preemption, sent) = match self.sent_blocks.get_mut(&id) {
                 Some(sent) => (None, false, sent),
                 None => {
                     let first = req.num_preemptions == 0;
-                    let sent = self.sent_blocks.entry(id.clone()).or_insert_with(|| vec![0; tables.len()]);
+                    let sent = self.sent_blocks.entry(id.clone()).or_insert_with(|| vec![0; num_groups]);
                     (first.then(|| req.prompt_token_ids().to_vec()), !first, sent)
                 }
             };
-            let new_block_ids = tables
-                .into_iter()
-                .zip(sent.iter_mut())
-                .map(|(t, n)| t[std::mem::replace(n, t.len())..].to_vec())
+            // Only the ids the runner has not seen yet are copied.
+            let new_block_ids = sent
+                .iter_mut()
+                .enumerate()
+                .map(|(g, n)| {
+                    let table = self.kv.group_block_ids(&id, g);
+                    table[std::mem::replace(n, table.len())..].to_vec()
+                })
                 .collect();
             out.scheduled.push(ScheduledRequest {
                 num_scheduled_tokens: n,
