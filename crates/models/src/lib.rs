@@ -2,9 +2,11 @@
 
 pub mod arch;
 pub mod batch;
+pub mod bert;
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
+pub mod encoder;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
@@ -13,9 +15,11 @@ pub mod llama;
 pub mod mistral;
 pub mod mlp;
 pub mod model;
+pub mod mpnet;
 pub mod norm;
 pub mod opt;
 pub mod phi3;
+pub mod pooling;
 pub mod registry;
 
 // The file formats live below models and frontend; re-exported under their old paths.
@@ -60,6 +64,44 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     } else {
         Err(Error::file(path, "no such file or directory"))
     }
+}
+
+/// An encoder ready to embed, and how its token states become a sentence vector.
+pub struct LoadedEncoder {
+    pub model: encoder::EncoderModel,
+    pub pooling: pooling::PoolingConfig,
+}
+
+/// The encoder classes `load_encoder` builds.
+pub fn encoder_classes() -> Vec<&'static str> {
+    bert::CLASSES.iter().chain(mpnet::CLASSES.iter()).copied().collect()
+}
+
+/// Whether `path` is a model folder whose `config.json` names an encoder class.
+pub fn is_encoder(path: &Path) -> bool {
+    path.is_dir()
+        && config::read_config(path)
+            .and_then(|c| config::architecture(&c))
+            .is_ok_and(|a| encoder_classes().contains(&a.as_str()))
+}
+
+/// Loads an encoder (BERT, RoBERTa, XLM-R, MPNet) from an HF folder, with its
+/// sentence-transformers pooling (CLS and normalization when the folder has none, as vLLM).
+pub fn load_encoder(path: &Path) -> Result<LoadedEncoder> {
+    let cfg_path = path.join("config.json");
+    let config = config::read_config(path)?;
+    let arch = config::architecture(&config).map_err(|e| Error::file(&cfg_path, e.to_string()))?;
+    let ck = Checkpoint::from_safetensors_dir(path)?;
+    let model = if bert::CLASSES.contains(&arch.as_str()) {
+        bert::load(&ck, &config, &arch)
+    } else if mpnet::CLASSES.contains(&arch.as_str()) {
+        mpnet::load(&ck, &config, &arch)
+    } else {
+        Err(Error::msg(format!("{arch} is not an encoder; encoders: {}", encoder_classes().join(", "))))
+    }
+    .map_err(|e| in_file(e, &cfg_path))?;
+    let pooling = pooling::PoolingConfig::read(path, pooling::PoolingType::Cls)?;
+    Ok(LoadedEncoder { model, pooling })
 }
 
 /// Config errors raised while building a model (`config: missing field …`) name no file; they

@@ -34,6 +34,8 @@ pub fn hf_dir(name: &str) -> PathBuf {
         "smollm2" => "hf/smollm2-135m-instruct-from-q4_1",
         "qwen05" => "hf/qwen2.5-coder-0.5b-instruct-from-q4_k_m",
         "gemma3" => "hf/gemma3-270m-from-q4_k_m",
+        "minilm" => "hf/all-MiniLM-L6-v2",
+        "mpnet" => "hf/all-mpnet-base-v2",
         other => panic!("unknown test model {other}"),
     };
     must_exist(models_dir().join(d))

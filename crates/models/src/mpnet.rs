@@ -1,0 +1,63 @@
+//! `MPNetModel` (transformers' `modeling_mpnet.py`): a post-norm encoder like BERT without
+//! token types, positions numbered after the padding index, and a learned bias per head for
+//! bucketed relative distances, shared by every layer.
+
+use crate::checkpoint::Checkpoint;
+use crate::encoder::{
+    EncoderConfig, EncoderInfo, EncoderModel, LayerNames, Positions, RelativePositionBias, load_layers, tensor_prefix,
+};
+use crate::error::{Error, Result};
+use crate::layers::Embedding;
+use crate::norm::LayerNorm;
+use serde_json::Value;
+
+/// `MPNetForMaskedLM` is what all-mpnet-base-v2 names: its folder holds only the encoder.
+pub const CLASSES: [&str; 2] = ["MPNetModel", "MPNetForMaskedLM"];
+
+const NAMES: LayerNames = LayerNames {
+    q: "attention.attn.q",
+    k: "attention.attn.k",
+    v: "attention.attn.v",
+    o: "attention.attn.o",
+    attn_norm: "attention.LayerNorm",
+    up: "intermediate.dense",
+    down: "output.dense",
+    out_norm: "output.LayerNorm",
+};
+
+/// transformers hard-codes both (`compute_position_bias(x, num_buckets=32)`, `max_distance=128`).
+const NUM_BUCKETS: usize = 32;
+const MAX_DISTANCE: usize = 128;
+
+pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<EncoderModel> {
+    let c = EncoderConfig::parse(config)?;
+    let positions = Positions::AfterPadding { padding_idx: 1 };
+    let prefix = tensor_prefix(ck, &["mpnet."]);
+    let d = c.hidden_size;
+    let e = |n: &str| format!("{prefix}embeddings.{n}");
+    let buckets = config.get("relative_attention_num_buckets").and_then(Value::as_u64).unwrap_or(32) as usize;
+    if buckets < NUM_BUCKETS {
+        return Err(Error::msg(format!(
+            "config: relative_attention_num_buckets is {buckets}; MPNet buckets distances into {NUM_BUCKETS}"
+        )));
+    }
+    let table =
+        ck.matrix(&format!("{prefix}encoder.relative_attention_bias.weight"), buckets, c.num_attention_heads)?;
+    Ok(EncoderModel {
+        info: EncoderInfo {
+            architecture: architecture.to_string(),
+            hidden_size: d,
+            vocab_size: c.vocab_size,
+            max_position_embeddings: c.max_position_embeddings.saturating_sub(positions.offset()),
+        },
+        word_embeddings: Embedding { weight: ck.matrix(&e("word_embeddings.weight"), c.vocab_size, d)? },
+        position_embeddings: ck.matrix(&e("position_embeddings.weight"), c.max_position_embeddings, d)?,
+        positions,
+        token_type: None,
+        embed_norm: LayerNorm::load(ck, &e("LayerNorm"), d, c.layer_norm_eps)?,
+        layers: load_layers(ck, prefix, &c, &NAMES)?,
+        attention: c.attention(),
+        act: c.activation()?,
+        relative_bias: Some(RelativePositionBias { table, num_buckets: NUM_BUCKETS, max_distance: MAX_DISTANCE }),
+    })
+}
