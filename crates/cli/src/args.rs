@@ -96,8 +96,20 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value_t = PolicyArg::Fcfs)]
     pub scheduling_policy: PolicyArg,
 
+    /// `auto`: pooling for encoder (embedding) models, generate for the rest; `generate` or
+    /// `pooling` to insist (vLLM's `--runner`).
+    #[arg(long, value_enum, default_value_t = RunnerArg::Auto)]
+    pub runner: RunnerArg,
+
     #[command(flatten)]
     pub vllm: crate::compat::VllmCompatArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RunnerArg {
+    Auto,
+    Generate,
+    Pooling,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

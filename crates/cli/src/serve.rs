@@ -1,15 +1,17 @@
 //! `vllm-rs serve [MODEL]`: the OpenAI-compatible server, with `vllm serve`'s flags.
 
 use crate::args::{EngineArgs, parse_bytes};
-use crate::setup;
+use crate::setup::{self, LoadedPooling, LoadedRunner};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::info;
-use vllm_rs_engine::EngineHandle;
+use vllm_rs_engine::{EngineHandle, PoolingHandle};
 use vllm_rs_server::metrics::Metrics;
-use vllm_rs_server::{AppState, ConnectionLimits, CorsConfig, Limits, ModelContext, SamplingDefaults, ServerConfig};
+use vllm_rs_server::{
+    AppState, ConnectionLimits, CorsConfig, Limits, ModelContext, Runner, SamplingDefaults, ServerConfig,
+};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -213,7 +215,10 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
     if let Some(ms) = std::env::var("VLLM_RS_SERVE_LOAD_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
         std::thread::sleep(Duration::from_millis(ms));
     }
-    let l = setup::load(model.as_deref(), args)?;
+    let l = match setup::load_any(model.as_deref(), args)? {
+        LoadedRunner::Generate(l) => l,
+        LoadedRunner::Pooling(p) => return Ok(pooling_context(*p, served_name)),
+    };
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;
     let defaults = SamplingDefaults::from_generation_config(l.generation.as_ref());
@@ -221,7 +226,7 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
         info!("default sampling parameters from the model's generation config: {defaults:?}");
     }
     Ok(ModelContext {
-        engine: EngineHandle::spawn(l.core),
+        runner: Runner::Generate(EngineHandle::spawn(l.core)),
         defaults,
         tokenizer: l.tokenizer,
         chat_template: l.chat_template.map(|t| Arc::clone(&t)),
@@ -229,4 +234,19 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
         default_seed: l.default_seed,
         metrics: Metrics::new(served_name, max_model_len),
     })
+}
+
+/// An embedding model's context: the pooling runner, no chat template or sampling defaults.
+fn pooling_context(p: LoadedPooling, served_name: &str) -> ModelContext {
+    info!("serving {} as {served_name:?} (embeddings: /v1/embeddings, /pooling, /score, /rerank)", p.model_arg);
+    let max_model_len = p.limits.max_model_len;
+    ModelContext {
+        runner: Runner::Pooling(PoolingHandle::spawn(p.encoder, p.limits)),
+        defaults: SamplingDefaults::default(),
+        tokenizer: p.tokenizer,
+        chat_template: None,
+        max_logprobs: 0,
+        default_seed: None,
+        metrics: Metrics::new(served_name, max_model_len),
+    }
 }

@@ -1,15 +1,15 @@
 //! From `--model` and engine options to a ready engine: resolve and fetch the model, load the
 //! weights, tokenizer, chat template and generation defaults, size the KV cache.
 
-use crate::args::{EngineArgs, KvCacheDtypeArg, LogprobsModeArg, PolicyArg};
+use crate::args::{EngineArgs, KvCacheDtypeArg, LogprobsModeArg, PolicyArg, RunnerArg};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
 use vllm_rs_engine::{
-    EngineConfig, EngineCore, KvDtype, LogprobsMode, SchedulingPolicy, kv_blocks_per_request, kv_bytes_per_block,
-    kv_cache_layout,
+    EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy, kv_blocks_per_request,
+    kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 
@@ -25,7 +25,35 @@ pub struct Loaded {
     pub default_seed: Option<u64>,
 }
 
+/// What `serve` runs: the generating engine, or the pooling runner of an embedding model.
+pub enum LoadedRunner {
+    Generate(Box<Loaded>),
+    Pooling(Box<LoadedPooling>),
+}
+
+/// An embedding model ready to spawn, with its tokenizer.
+pub struct LoadedPooling {
+    pub model_arg: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub encoder: vllm_rs_models::LoadedEncoder,
+    pub limits: PoolingLimits,
+}
+
+/// Loads the model for `generate` and `bench`, which need a generative model.
 pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
+    match load_any(model, args)? {
+        LoadedRunner::Generate(l) => Ok(*l),
+        LoadedRunner::Pooling(p) => bail!(
+            "{} is an embedding model ({}): serve it with `vllm-rs serve` (/v1/embeddings, /score, /rerank) or \
+             embed files with `vllm-rs embed`",
+            p.model_arg,
+            p.encoder.model.info.architecture
+        ),
+    }
+}
+
+/// Loads the model with the runner `--runner` asks for (`auto`: pooling for encoder models).
+pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> {
     let t0 = Instant::now();
     match args.dtype.as_str() {
         "auto" | "float32" | "float" => {}
@@ -47,6 +75,68 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     let resolved = resolve(model, args)?;
     info!("model: {}", resolved.description);
     let path = resolved.path.as_path();
+    let model_arg = model.unwrap_or(vllm_rs_hub::DEFAULT_MODEL).to_string();
+    let encoder = vllm_rs_models::is_encoder(path);
+    match (args.runner, encoder) {
+        (RunnerArg::Generate, true) => bail!(
+            "--runner generate: {model_arg} is an encoder (embedding) model; it cannot generate text (use --runner pooling or auto)"
+        ),
+        (RunnerArg::Pooling, false) => bail!(
+            "--runner pooling: {model_arg} is a decoder; pooling decoder models (vLLM's --convert embed, last-token \
+             pooling) is not supported yet. Embedding models served now: {}",
+            vllm_rs_models::encoder_classes().join(", ")
+        ),
+        (_, true) => return load_pooling(path, model_arg, args, t0).map(|p| LoadedRunner::Pooling(Box::new(p))),
+        _ => {}
+    }
+    Ok(LoadedRunner::Generate(Box::new(load_generate(path, model_arg, args, tier, t0)?)))
+}
+
+/// The encoder, its tokenizer and the pooling runner's limits.
+fn load_pooling(path: &Path, model_arg: String, args: &EngineArgs, t0: Instant) -> Result<LoadedPooling> {
+    let encoder = vllm_rs_models::load_encoder(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tokenizer = Arc::new(
+        match &args.vllm.tokenizer {
+            Some(t) => vllm_rs_frontend::load_tokenizer(Path::new(t), None),
+            None => vllm_rs_frontend::load_tokenizer(path, None),
+        }
+        .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
+    );
+    let info = &encoder.model.info;
+    // sentence-transformers' max_seq_length caps the model's length, as vLLM reads it.
+    let model_len =
+        encoder.pooling.max_seq_length.map_or(info.max_position_embeddings, |m| m.min(info.max_position_embeddings));
+    let max_model_len = match args.max_model_len {
+        Some(0) => bail!("--max-model-len must be positive"),
+        Some(n) if n > model_len => {
+            bail!("--max-model-len {n} is greater than the model's length ({model_len}); lower it")
+        }
+        Some(n) => n,
+        None => model_len,
+    };
+    let limits = PoolingLimits {
+        max_model_len,
+        max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(8192).max(max_model_len),
+        max_num_seqs: args.max_num_seqs.max(1),
+    };
+    info!(
+        "embedding model {} ({} pooling{}, {} dimensions, inputs up to {max_model_len} tokens) ready in {:.2} s",
+        info.architecture,
+        encoder.pooling.pooling_type.name(),
+        if encoder.pooling.normalize { ", normalized" } else { "" },
+        info.hidden_size,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(LoadedPooling { model_arg, tokenizer, encoder, limits })
+}
+
+fn load_generate(
+    path: &Path,
+    model_arg: String,
+    args: &EngineArgs,
+    tier: vllm_rs_kernels::isa::Tier,
+    t0: Instant,
+) -> Result<Loaded> {
     let lm = vllm_rs_models::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let tokenizer = Arc::new(
         match &args.vllm.tokenizer {
@@ -143,7 +233,7 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     }
     info!("model ready in {:.2} s", t0.elapsed().as_secs_f64());
     Ok(Loaded {
-        model_arg: model.unwrap_or(vllm_rs_hub::DEFAULT_MODEL).to_string(),
+        model_arg,
         tokenizer,
         chat_template,
         generation,

@@ -2,6 +2,7 @@
 
 pub mod engine_core;
 pub mod handle;
+pub mod pooling_runner;
 pub mod runner;
 pub mod sampler;
 pub mod sampling_params;
@@ -13,9 +14,11 @@ pub use engine_core::{
     kv_bytes_per_block, kv_cache_layout,
 };
 pub use handle::{EngineHandle, RequestStream};
+pub use pooling_runner::{PoolingHandle, PoolingLimits};
 pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
 pub use speculative::SpeculativeConfig;
 pub use stats::EngineStats;
 pub use vllm_rs_core::{FinishReason, SchedulingPolicy};
 pub use vllm_rs_kernels::attention::KvDtype;
+pub use vllm_rs_models::pooling::{PoolingConfig, PoolingType, normalize};

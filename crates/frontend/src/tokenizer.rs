@@ -134,6 +134,25 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// [`Tokenizer::encode`] cut to at most `max_len` tokens the way transformers truncates
+    /// (`truncation=True, max_length=max_len`): the text's tokens lose their end, and the special
+    /// tokens added around them (`[CLS] … [SEP]`) stay.
+    pub fn encode_truncated(&self, text: &str, add_special_tokens: bool, max_len: usize) -> Result<Vec<u32>> {
+        let codec = |e: tokenizers::Error| Error::Codec(format!("cannot tokenize the text: {e}"));
+        let full = self.inner.encode(text, add_special_tokens).map_err(codec)?;
+        if full.len() <= max_len {
+            return Ok(full.get_ids().to_vec());
+        }
+        let mut plain = self.inner.encode(text, false).map_err(codec)?;
+        let added = full.len() - plain.len();
+        if added > max_len {
+            return Err(Error::Codec(format!("{max_len} tokens cannot hold the {added} special tokens")));
+        }
+        plain.truncate(max_len - added, 0, tokenizers::TruncationDirection::Right);
+        let done = self.inner.post_process(plain, None, add_special_tokens).map_err(codec)?;
+        Ok(done.get_ids().to_vec())
+    }
+
     /// Text of `ids`. An id outside the vocabulary is an error (HF would silently drop it).
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {

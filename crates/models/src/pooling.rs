@@ -61,13 +61,23 @@ pub struct PoolingConfig {
     pub normalize: bool,
     /// sentence-transformers' `max_seq_length`, which caps the model length.
     pub max_seq_length: Option<usize>,
+    /// Whether a request may shorten the vector (`dimensions`): `config.json`'s `is_matryoshka`
+    /// or `matryoshka_dimensions` (which then lists the sizes allowed), as vLLM reads them.
+    pub matryoshka: Option<Vec<usize>>,
 }
 
 impl PoolingConfig {
     /// Reads the sentence-transformers files of `dir`; without them, `default` pooling with
     /// normalization (vLLM's defaults for an embedding model).
     pub fn read(dir: &Path, default: PoolingType) -> Result<Self> {
-        let mut cfg = PoolingConfig { pooling_type: default, normalize: true, max_seq_length: None };
+        let mut cfg = PoolingConfig { pooling_type: default, normalize: true, max_seq_length: None, matryoshka: None };
+        if let Some(c) = read_json(&dir.join("config.json"))? {
+            let dims = c.get("matryoshka_dimensions").and_then(Value::as_array);
+            let dims: Vec<usize> = dims.into_iter().flatten().filter_map(Value::as_u64).map(|d| d as usize).collect();
+            if !dims.is_empty() || c.get("is_matryoshka").and_then(Value::as_bool) == Some(true) {
+                cfg.matryoshka = Some(dims);
+            }
+        }
         if let Some(v) = read_json(&dir.join("sentence_bert_config.json"))? {
             cfg.max_seq_length = v.get("max_seq_length").and_then(Value::as_u64).map(|n| n as usize);
         }

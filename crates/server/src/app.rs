@@ -3,7 +3,7 @@
 use crate::auth::require_api_key;
 use crate::config::CorsConfig;
 use crate::errors::{method_not_allowed, not_found};
-use crate::routes::{chat, completions, health, metrics, models, tokenize};
+use crate::routes::{chat, completions, embeddings, health, metrics, models, score, tokenize};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
@@ -24,6 +24,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models::list))
         .route("/v1/completions", post(completions::create))
         .route("/v1/chat/completions", post(chat::create))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/pooling", post(embeddings::pooling))
+        .route("/score", post(score::score))
+        .route("/v1/score", post(score::score))
+        .route("/rerank", post(score::rerank))
+        .route("/v1/rerank", post(score::rerank))
+        .route("/v2/rerank", post(score::rerank))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .fallback(|| async { not_found() })

@@ -118,7 +118,7 @@ impl Generation {
                 cache_salt: s.spec.cache_salt.clone(),
             };
             // On failure the streams already made drop with `streams`, aborting their requests.
-            let rs = model.engine.add_request(req)?;
+            let rs = model.engine()?.add_request(req)?;
             let st = stream::unfold(Some(rs), move |state| async move {
                 let mut rs = state?;
                 match rs.next().await {
@@ -173,8 +173,10 @@ impl Generation {
                 Ok(d) => d,
                 Err(e) => return Some(Event::Failed(ApiError::internal(format!("detokenizing: {e}")))),
             };
-            if delta.needs_abort {
-                self.model.engine.abort(vec![seq.request_id.clone()]);
+            if delta.needs_abort
+                && let Ok(engine) = self.model.engine()
+            {
+                engine.abort(vec![seq.request_id.clone()]);
             }
             if delta.finish_reason.is_some() {
                 self.record(i);

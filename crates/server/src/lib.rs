@@ -1,6 +1,7 @@
 //! vLLM's OpenAI-compatible HTTP server on top of the vllm.rs engine: `/v1/completions`,
 //! `/v1/chat/completions` (streaming and not), `/v1/models`, `/tokenize`, `/detokenize`,
-//! `/health`, `/version` and `/metrics`, with vLLM's request fields, defaults, response shapes,
+//! `/health`, `/version` and `/metrics`; on embedding models `/v1/embeddings`, `/pooling`,
+//! `/score` and `/rerank`; with vLLM's request fields, defaults, response shapes,
 //! error bodies and metric names.
 //!
 //! [`serve`] listens at once, loads the model on a blocking thread (`/health` answers 503 until
@@ -15,6 +16,7 @@ pub mod errors;
 pub mod generation;
 pub mod json_body;
 pub mod metrics;
+pub mod pooling;
 pub mod prompt;
 pub mod protocol;
 pub mod routes;
@@ -25,4 +27,4 @@ pub mod state;
 
 pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;
-pub use state::{AppState, ModelContext, SamplingDefaults};
+pub use state::{AppState, ModelContext, Runner, SamplingDefaults};

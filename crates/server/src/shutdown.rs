@@ -70,8 +70,8 @@ where
         }
     };
     if let Some(model) = state.model() {
-        let engine = model.engine.clone();
-        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+        let model = model.clone();
+        let _ = tokio::task::spawn_blocking(move || model.runner.shutdown()).await;
     }
     if !drained {
         let _ = tokio::time::timeout(FLUSH_AFTER_ABORT, &mut server).await;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
-use vllm_rs_engine::EngineHandle;
+use vllm_rs_engine::{EngineHandle, PoolingHandle};
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 
 /// Sampling defaults from the model's generation config, applied when a request leaves a field
@@ -37,9 +37,32 @@ impl SamplingDefaults {
     }
 }
 
+/// What runs the model: the generating engine, or the pooling runner of an encoder
+/// (vLLM's `--runner generate` / `--runner pooling`).
+pub enum Runner {
+    Generate(Arc<EngineHandle>),
+    Pooling(Arc<PoolingHandle>),
+}
+
+impl Runner {
+    pub fn is_alive(&self) -> bool {
+        match self {
+            Runner::Generate(e) => e.is_alive(),
+            Runner::Pooling(p) => p.is_alive(),
+        }
+    }
+
+    pub fn shutdown(&self) {
+        match self {
+            Runner::Generate(e) => e.shutdown(),
+            Runner::Pooling(p) => p.shutdown(),
+        }
+    }
+}
+
 /// The loaded model and everything requests need from it.
 pub struct ModelContext {
-    pub engine: Arc<EngineHandle>,
+    pub runner: Runner,
     pub tokenizer: Arc<Tokenizer>,
     pub chat_template: Option<Arc<ChatTemplate>>,
     pub defaults: SamplingDefaults,
@@ -52,11 +75,41 @@ pub struct ModelContext {
 
 impl ModelContext {
     pub fn max_model_len(&self) -> usize {
-        self.engine.config.max_model_len
+        match &self.runner {
+            Runner::Generate(e) => e.config.max_model_len,
+            Runner::Pooling(p) => p.limits.max_model_len,
+        }
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.engine.model_info.vocab_size
+        match &self.runner {
+            Runner::Generate(e) => e.model_info.vocab_size,
+            Runner::Pooling(p) => p.info.vocab_size,
+        }
+    }
+
+    /// The generating engine; a pooling model answers generation requests with a 400.
+    pub fn engine(&self) -> ApiResult<&Arc<EngineHandle>> {
+        match &self.runner {
+            Runner::Generate(e) => Ok(e),
+            Runner::Pooling(p) => Err(ApiError::bad_request(format!(
+                "This model ({}) is an embedding model: it serves /v1/embeddings, /pooling, /score and \
+                 /rerank, not text generation.",
+                p.info.architecture
+            ))),
+        }
+    }
+
+    /// The pooling runner; a generative model answers pooling requests with a 400.
+    pub fn pooler(&self) -> ApiResult<&Arc<PoolingHandle>> {
+        match &self.runner {
+            Runner::Pooling(p) => Ok(p),
+            Runner::Generate(e) => Err(ApiError::bad_request(format!(
+                "This model ({}) generates text: embeddings, pooling, score and rerank need an embedding \
+                 model (for example a BERT or MPNet sentence-transformers folder).",
+                e.model_info.architecture
+            ))),
+        }
     }
 }
 

@@ -49,8 +49,20 @@ impl Server {
 
     /// Starts the server and returns once it listens (the model may still be loading).
     pub fn spawn(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::spawn_model(default_args(), extra, env)
+    }
+
+    /// Starts `serve` on `model_args` (the model and its flags) instead of [`default_args`] and
+    /// waits until it is ready.
+    pub fn start_model(model_args: Vec<String>, extra: &[&str]) -> Server {
+        let s = Self::spawn_model(model_args, extra, &[]);
+        s.wait_ready(Duration::from_secs(120));
+        s
+    }
+
+    fn spawn_model(model_args: Vec<String>, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec!["serve".to_string()];
-        args.extend(default_args());
+        args.extend(model_args);
         args.extend(["--host", "127.0.0.1", "--port", "0"].map(String::from));
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vllm-rs"));

@@ -190,12 +190,42 @@ const UNSUPPORTED_TOKENIZE: &[Unsupported] = &[
 
 const DETOKENIZE: &[&str] = &["model", "tokens"];
 
+/// The pooling endpoints (`/v1/embeddings`, `/pooling`; `/score`, `/rerank`).
+const EMBEDDINGS: &[&str] = &[
+    "model",
+    "input",
+    "encoding_format",
+    "dimensions",
+    "user",
+    "truncate_prompt_tokens",
+    "request_id",
+    "add_special_tokens",
+    "normalize",
+    "priority",
+];
+const SCORE: &[&str] =
+    &["model", "text_1", "text_2", "queries", "documents", "user", "truncate_prompt_tokens", "request_id", "priority"];
+const RERANK: &[&str] = &[
+    "model",
+    "query",
+    "documents",
+    "top_n",
+    "return_documents",
+    "user",
+    "truncate_prompt_tokens",
+    "request_id",
+    "priority",
+];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
     Completion,
     Chat,
     Tokenize,
     Detokenize,
+    Embeddings,
+    Score,
+    Rerank,
 }
 
 impl Endpoint {
@@ -205,6 +235,9 @@ impl Endpoint {
             Endpoint::Chat => COMMON.contains(&key) || CHAT.contains(&key),
             Endpoint::Tokenize => TOKENIZE.contains(&key),
             Endpoint::Detokenize => DETOKENIZE.contains(&key),
+            Endpoint::Embeddings => EMBEDDINGS.contains(&key),
+            Endpoint::Score => SCORE.contains(&key),
+            Endpoint::Rerank => RERANK.contains(&key),
         }
     }
 
@@ -213,7 +246,7 @@ impl Endpoint {
             Endpoint::Completion => &[UNSUPPORTED_COMMON, UNSUPPORTED_COMPLETION],
             Endpoint::Chat => &[UNSUPPORTED_COMMON, UNSUPPORTED_CHAT],
             Endpoint::Tokenize => &[UNSUPPORTED_TOKENIZE],
-            Endpoint::Detokenize => &[],
+            Endpoint::Detokenize | Endpoint::Embeddings | Endpoint::Score | Endpoint::Rerank => &[],
         };
         lists.iter().flat_map(|l| l.iter()).find(|u| u.name == key)
     }

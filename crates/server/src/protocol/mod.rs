@@ -6,5 +6,6 @@ pub mod completion;
 pub mod fields;
 pub mod logprobs;
 pub mod models;
+pub mod pooling;
 pub mod sampling_fields;
 pub mod tokenize;

@@ -55,6 +55,7 @@ struct Ctx {
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let arrival = Instant::now();
     let (model, body) = read_request(&state, &headers, body).await?;
+    model.engine()?;
     let (ctx, specs, stream, n) = {
         let (state, model) = (state.clone(), model.clone());
         prepare_off_thread(body, Endpoint::Chat, move |obj| prepare(&state, model, obj)).await?

@@ -60,6 +60,7 @@ struct Ctx {
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let arrival = Instant::now();
     let (model, body) = read_request(&state, &headers, body).await?;
+    model.engine()?;
     let (ctx, specs, stream) = {
         let (state, model) = (state.clone(), model.clone());
         prepare_off_thread(body, Endpoint::Completion, move |obj| prepare(&state, model, obj)).await?

@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// 200 once the model is loaded and the engine runs; 503 while loading, draining, or after the
 /// engine thread died.
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
-    let ok = !state.is_shutting_down() && state.model().is_some_and(|m| m.engine.is_alive());
+    let ok = !state.is_shutting_down() && state.model().is_some_and(|m| m.runner.is_alive());
     if ok { StatusCode::OK.into_response() } else { StatusCode::SERVICE_UNAVAILABLE.into_response() }
 }
 

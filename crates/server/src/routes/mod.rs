@@ -2,9 +2,11 @@
 
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod health;
 pub mod metrics;
 pub mod models;
+pub mod score;
 pub mod tokenize;
 
 use crate::errors::{ApiError, ApiResult};

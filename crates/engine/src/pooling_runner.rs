@@ -1,0 +1,146 @@
+//! The pooling runner: encoder models (embeddings, scores) on their own thread. There is no KV
+//! cache and no decoding, so no scheduler: the thread takes every queued input up to the token
+//! budget, runs them as one batch and answers each with its pooled vector. Inputs of many
+//! concurrent requests share a batch; an input whose caller went away is skipped.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use tokio::sync::oneshot;
+use vllm_rs_models::LoadedEncoder;
+use vllm_rs_models::encoder::{EncoderInfo, EncoderWorkspace};
+use vllm_rs_models::pooling::PoolingConfig;
+
+/// What a pooling request may hold per batch.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolingLimits {
+    /// Longest input (tokens): the position table, capped by sentence-transformers'
+    /// `max_seq_length` and `--max-model-len`.
+    pub max_model_len: usize,
+    /// Tokens per batch (`--max-num-batched-tokens`); an input longer than this runs alone.
+    pub max_num_batched_tokens: usize,
+    /// Inputs per batch (`--max-num-seqs`).
+    pub max_num_seqs: usize,
+}
+
+type Reply = oneshot::Sender<Vec<f32>>;
+
+enum Command {
+    Pool(Vec<u32>, Reply),
+    Shutdown,
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub struct PoolingStats {
+    pub inputs: AtomicU64,
+    pub tokens: AtomicU64,
+    pub batches: AtomicU64,
+}
+
+pub struct PoolingHandle {
+    tx: Mutex<mpsc::Sender<Command>>,
+    pub info: EncoderInfo,
+    pub pooling: PoolingConfig,
+    pub limits: PoolingLimits,
+    pub stats: Arc<PoolingStats>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl PoolingHandle {
+    /// Moves the model onto its own thread.
+    pub fn spawn(model: LoadedEncoder, limits: PoolingLimits) -> Arc<Self> {
+        let (tx, rx) = mpsc::channel();
+        let info = model.model.info.clone();
+        let pooling = model.pooling.clone();
+        let stats = Arc::new(PoolingStats::default());
+        let shared = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("vllm-rs-pooling".into())
+            .spawn(move || pooling_loop(model, limits, rx, &shared))
+            .expect("spawn pooling thread");
+        Arc::new(PoolingHandle { tx: Mutex::new(tx), info, pooling, limits, stats, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queues one input (token ids, at most `max_model_len`, not empty); its pooled vector
+    /// (before any normalization) arrives on the returned channel, which closes without a value
+    /// only if the runner stopped.
+    pub fn pool(&self, token_ids: Vec<u32>) -> oneshot::Receiver<Vec<f32>> {
+        assert!(!token_ids.is_empty() && token_ids.len() <= self.limits.max_model_len, "checked by the caller");
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Command::Pool(token_ids, reply));
+        rx
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops the thread after the batch it runs.
+    pub fn shutdown(&self) {
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Command::Shutdown);
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn pooling_loop(model: LoadedEncoder, limits: PoolingLimits, rx: mpsc::Receiver<Command>, stats: &PoolingStats) {
+    let mut ws = EncoderWorkspace::default();
+    let mut pending: Option<(Vec<u32>, Reply)> = None;
+    loop {
+        let first = match pending.take() {
+            Some(p) => p,
+            None => match rx.recv() {
+                Ok(Command::Pool(ids, reply)) => (ids, reply),
+                Ok(Command::Shutdown) | Err(_) => return,
+            },
+        };
+        let mut batch = vec![first];
+        let mut tokens = batch[0].0.len();
+        let mut stop = false;
+        while batch.len() < limits.max_num_seqs {
+            match rx.try_recv() {
+                Ok(Command::Pool(ids, reply)) if tokens + ids.len() <= limits.max_num_batched_tokens => {
+                    tokens += ids.len();
+                    batch.push((ids, reply));
+                }
+                Ok(Command::Pool(ids, reply)) => {
+                    pending = Some((ids, reply));
+                    break;
+                }
+                Ok(Command::Shutdown) => {
+                    stop = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        run_batch(&model, batch, &mut ws, stats);
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Encodes the inputs whose callers still wait, pools each, answers each.
+fn run_batch(model: &LoadedEncoder, batch: Vec<(Vec<u32>, Reply)>, ws: &mut EncoderWorkspace, stats: &PoolingStats) {
+    let batch: Vec<_> = batch.into_iter().filter(|(_, reply)| !reply.is_closed()).collect();
+    if batch.is_empty() {
+        return;
+    }
+    let lens: Vec<usize> = batch.iter().map(|(ids, _)| ids.len()).collect();
+    let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
+    let d = model.model.info.hidden_size;
+    let hidden = model.model.forward(&ids, &lens, ws);
+    let mut start = 0;
+    for ((_, reply), len) in batch.into_iter().zip(&lens) {
+        let mut v = Vec::with_capacity(d);
+        model.pooling.pooling_type.pool(&hidden[start * d..(start + len) * d], d, &mut v);
+        start += len;
+        let _ = reply.send(v);
+    }
+    stats.inputs.fetch_add(lens.len() as u64, Ordering::Relaxed);
+    stats.tokens.fetch_add(ids.len() as u64, Ordering::Relaxed);
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+}
