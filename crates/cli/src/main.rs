@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod compat;
+mod embed;
 mod generate;
 mod serve;
 mod setup;
@@ -16,12 +17,15 @@ use std::process::ExitCode;
     version,
     about = "An LLM inference and serving engine with vLLM's API, in one binary",
     long_about = "vllm.rs serves open-weight LLMs behind an OpenAI-compatible API, the way vLLM does \
-                  (paged KV cache, continuous batching, chunked prefill, prefix caching), on CPUs.\n\n\
+                  (paged KV cache, continuous batching, chunked prefill, prefix caching), on CPUs; \
+                  and embedding models (BERT, RoBERTa, XLM-R, MPNet) behind /v1/embeddings, /score and /rerank.\n\n\
                   Models: a local HF directory, a local .gguf file, a catalog name (smollm2, qwen05, \
                   qwen15, gemma3; fetched on first use), or a Hugging Face repo id (org/name).",
     after_help = "Examples:\n  vllm-rs serve --port 8000\n  vllm-rs serve qwen05 --served-model-name qwen --api-key secret\n  vllm-rs generate --prompt \"The capital of France is\"\n  \
                   vllm-rs generate --model qwen05 --chat --prompt \"Write a haiku about Rust\"\n  \
-                  vllm-rs bench throughput --model smollm2 --num-prompts 64\n  vllm-rs pull gemma3"
+                  vllm-rs bench throughput --model smollm2 --num-prompts 64\n  vllm-rs pull gemma3\n  \
+                  vllm-rs serve ./all-MiniLM-L6-v2   (embeddings: /v1/embeddings, /score, /rerank)\n  \
+                  vllm-rs embed --model ./all-MiniLM-L6-v2 --input texts.txt --format npy --output vectors.npy"
 )]
 struct Cli {
     /// Log level: error, warn, info, debug or trace.
@@ -38,6 +42,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Generate text for one or more prompts (offline batch).
     Generate(generate::GenerateArgs),
+    /// Embed a file of texts (one per line) with an embedding model; JSON lines or .npy out.
+    Embed(Box<embed::EmbedArgs>),
     /// Benchmarks shaped like `vllm bench`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -81,6 +87,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(a) => serve::run(*a, started),
         Command::Generate(a) => generate::run(a),
+        Command::Embed(a) => embed::run(*a),
         Command::Bench(b) => bench::run(b),
         Command::Pull { model } => vllm_rs_hub::resolve(model.as_deref())
             .map(|r| println!("{}", r.path.display()))
