@@ -132,7 +132,7 @@ fn embed_all(p: &LoadedPooling, ids: &[Vec<u32>], normalize: bool) -> Vec<Vec<f3
             end += 1;
         }
         let lens: Vec<usize> = ids[start..end].iter().map(Vec::len).collect();
-        let hidden = model.forward(&ids[start..end].concat(), &lens, &mut ws);
+        let hidden = model.forward(&ids[start..end].concat(), None, &lens, &mut ws);
         let mut row = 0;
         for len in lens {
             let mut v = Vec::with_capacity(d);

@@ -14,7 +14,7 @@ pub use engine_core::{
     kv_bytes_per_block, kv_cache_layout,
 };
 pub use handle::{EngineHandle, RequestStream};
-pub use pooling_runner::{PoolingHandle, PoolingLimits};
+pub use pooling_runner::{PoolingHandle, PoolingInput, PoolingLimits, PoolingTask};
 pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
 pub use speculative::SpeculativeConfig;

@@ -25,8 +25,24 @@ pub struct PoolingLimits {
 
 type Reply = oneshot::Sender<Vec<f32>>;
 
+/// What to compute from an input's token states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolingTask {
+    /// The pooled sentence vector (before any normalization).
+    Embed,
+    /// The classification head's logits (`*ForSequenceClassification`).
+    Classify,
+}
+
+/// One input: token ids, token type ids for text pairs, and the task.
+pub struct PoolingInput {
+    pub token_ids: Vec<u32>,
+    pub token_type_ids: Option<Vec<u32>>,
+    pub task: PoolingTask,
+}
+
 enum Command {
-    Pool(Vec<u32>, Reply),
+    Pool(PoolingInput, Reply),
     Shutdown,
 }
 
@@ -42,6 +58,8 @@ pub struct PoolingHandle {
     tx: Mutex<mpsc::Sender<Command>>,
     pub info: EncoderInfo,
     pub pooling: PoolingConfig,
+    /// The classification head's labels, if the model has one.
+    pub labels: Option<Vec<String>>,
     pub limits: PoolingLimits,
     pub stats: Arc<PoolingStats>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -53,22 +71,39 @@ impl PoolingHandle {
         let (tx, rx) = mpsc::channel();
         let info = model.model.info.clone();
         let pooling = model.pooling.clone();
+        let labels = model.classifier.as_ref().map(|c| c.labels.clone());
         let stats = Arc::new(PoolingStats::default());
         let shared = stats.clone();
         let thread = std::thread::Builder::new()
             .name("vllm-rs-pooling".into())
             .spawn(move || pooling_loop(model, limits, rx, &shared))
             .expect("spawn pooling thread");
-        Arc::new(PoolingHandle { tx: Mutex::new(tx), info, pooling, limits, stats, thread: Mutex::new(Some(thread)) })
+        Arc::new(PoolingHandle {
+            tx: Mutex::new(tx),
+            info,
+            pooling,
+            labels,
+            limits,
+            stats,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
-    /// Queues one input (token ids, at most `max_model_len`, not empty); its pooled vector
-    /// (before any normalization) arrives on the returned channel, which closes without a value
-    /// only if the runner stopped.
-    pub fn pool(&self, token_ids: Vec<u32>) -> oneshot::Receiver<Vec<f32>> {
-        assert!(!token_ids.is_empty() && token_ids.len() <= self.limits.max_model_len, "checked by the caller");
+    /// Whether the model has a classification head (classify, cross-encoder scores).
+    pub fn num_labels(&self) -> Option<usize> {
+        self.labels.as_ref().map(Vec::len)
+    }
+
+    /// Queues one input (at most `max_model_len` tokens, not empty; `Classify` only on a model
+    /// with a head); its vector (pooled before normalization, or logits) arrives on the
+    /// returned channel, which closes without a value only if the runner stopped.
+    pub fn pool(&self, input: PoolingInput) -> oneshot::Receiver<Vec<f32>> {
+        let n = input.token_ids.len();
+        assert!(n > 0 && n <= self.limits.max_model_len, "checked by the caller");
+        assert!(input.token_type_ids.as_ref().is_none_or(|t| t.len() == n));
+        assert!(input.task == PoolingTask::Embed || self.labels.is_some());
         let (reply, rx) = oneshot::channel();
-        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Command::Pool(token_ids, reply));
+        let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Command::Pool(input, reply));
         rx
     }
 
@@ -87,26 +122,26 @@ impl PoolingHandle {
 
 fn pooling_loop(model: LoadedEncoder, limits: PoolingLimits, rx: mpsc::Receiver<Command>, stats: &PoolingStats) {
     let mut ws = EncoderWorkspace::default();
-    let mut pending: Option<(Vec<u32>, Reply)> = None;
+    let mut pending: Option<(PoolingInput, Reply)> = None;
     loop {
         let first = match pending.take() {
             Some(p) => p,
             None => match rx.recv() {
-                Ok(Command::Pool(ids, reply)) => (ids, reply),
+                Ok(Command::Pool(input, reply)) => (input, reply),
                 Ok(Command::Shutdown) | Err(_) => return,
             },
         };
         let mut batch = vec![first];
-        let mut tokens = batch[0].0.len();
+        let mut tokens = batch[0].0.token_ids.len();
         let mut stop = false;
         while batch.len() < limits.max_num_seqs {
             match rx.try_recv() {
-                Ok(Command::Pool(ids, reply)) if tokens + ids.len() <= limits.max_num_batched_tokens => {
-                    tokens += ids.len();
-                    batch.push((ids, reply));
+                Ok(Command::Pool(input, reply)) if tokens + input.token_ids.len() <= limits.max_num_batched_tokens => {
+                    tokens += input.token_ids.len();
+                    batch.push((input, reply));
                 }
-                Ok(Command::Pool(ids, reply)) => {
-                    pending = Some((ids, reply));
+                Ok(Command::Pool(input, reply)) => {
+                    pending = Some((input, reply));
                     break;
                 }
                 Ok(Command::Shutdown) => {
@@ -123,21 +158,41 @@ fn pooling_loop(model: LoadedEncoder, limits: PoolingLimits, rx: mpsc::Receiver<
     }
 }
 
-/// Encodes the inputs whose callers still wait, pools each, answers each.
-fn run_batch(model: &LoadedEncoder, batch: Vec<(Vec<u32>, Reply)>, ws: &mut EncoderWorkspace, stats: &PoolingStats) {
+/// Encodes the inputs whose callers still wait, pools (or classifies) each, answers each.
+fn run_batch(
+    model: &LoadedEncoder,
+    batch: Vec<(PoolingInput, Reply)>,
+    ws: &mut EncoderWorkspace,
+    stats: &PoolingStats,
+) {
     let batch: Vec<_> = batch.into_iter().filter(|(_, reply)| !reply.is_closed()).collect();
     if batch.is_empty() {
         return;
     }
-    let lens: Vec<usize> = batch.iter().map(|(ids, _)| ids.len()).collect();
-    let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
+    let lens: Vec<usize> = batch.iter().map(|(i, _)| i.token_ids.len()).collect();
+    let ids: Vec<u32> = batch.iter().flat_map(|(i, _)| i.token_ids.iter().copied()).collect();
+    let types: Option<Vec<u32>> = batch.iter().any(|(i, _)| i.token_type_ids.is_some()).then(|| {
+        let zeros = |i: &PoolingInput| vec![0; i.token_ids.len()];
+        batch.iter().flat_map(|(i, _)| i.token_type_ids.clone().unwrap_or_else(|| zeros(i))).collect()
+    });
     let d = model.model.info.hidden_size;
-    let hidden = model.model.forward(&ids, &lens, ws);
+    let hidden = model.model.forward(&ids, types.as_deref(), &lens, ws);
     let mut start = 0;
-    for ((_, reply), len) in batch.into_iter().zip(&lens) {
-        let mut v = Vec::with_capacity(d);
-        model.pooling.pooling_type.pool(&hidden[start * d..(start + len) * d], d, &mut v);
+    let (mut cls, mut scratch, mut logits) = (Vec::new(), Vec::new(), Vec::new());
+    for ((input, reply), len) in batch.into_iter().zip(&lens) {
+        let rows = &hidden[start * d..(start + len) * d];
         start += len;
+        let mut v = Vec::with_capacity(d);
+        match (input.task, &model.classifier) {
+            (PoolingTask::Classify, Some(head)) => {
+                // One row at a time: a sequence's logits never depend on its batch.
+                cls.clear();
+                cls.extend_from_slice(&rows[..d]);
+                head.logits(&cls, 1, &mut scratch, &mut logits);
+                v.extend_from_slice(&logits);
+            }
+            _ => model.pooling.pooling_type.pool(rows, d, &mut v),
+        }
         let _ = reply.send(v);
     }
     stats.inputs.fetch_add(lens.len() as u64, Ordering::Relaxed);

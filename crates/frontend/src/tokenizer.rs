@@ -153,6 +153,29 @@ impl Tokenizer {
         Ok(done.get_ids().to_vec())
     }
 
+    /// Token ids and token type ids of a text pair with the tokenizer's special tokens
+    /// (`[CLS] a [SEP] b [SEP]`, types 0 then 1), as cross-encoders read them. With `max_len`,
+    /// the longer text loses its last token until the pair fits (transformers' `longest_first`).
+    pub fn encode_pair(&self, a: &str, b: &str, max_len: Option<usize>) -> Result<(Vec<u32>, Vec<u32>)> {
+        let codec = |e: tokenizers::Error| Error::Codec(format!("cannot tokenize the text: {e}"));
+        use tokenizers::PostProcessor as _;
+        let mut ea = self.inner.encode(a, false).map_err(codec)?;
+        let mut eb = self.inner.encode(b, false).map_err(codec)?;
+        if let Some(max) = max_len {
+            let added = self.inner.get_post_processor().map_or(0, |p| p.added_tokens(true));
+            let room =
+                max.checked_sub(added).ok_or_else(|| Error::Codec(format!("{max} tokens cannot hold a pair")))?;
+            let (mut la, mut lb) = (ea.len(), eb.len());
+            while la + lb > room {
+                if la > lb { la -= 1 } else { lb -= 1 }
+            }
+            ea.truncate(la, 0, tokenizers::TruncationDirection::Right);
+            eb.truncate(lb, 0, tokenizers::TruncationDirection::Right);
+        }
+        let done = self.inner.post_process(ea, Some(eb), true).map_err(codec)?;
+        Ok((done.get_ids().to_vec(), done.get_type_ids().to_vec()))
+    }
+
     /// Text of `ids`. An id outside the vocabulary is an error (HF would silently drop it).
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {

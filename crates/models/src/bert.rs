@@ -11,8 +11,18 @@ use serde_json::Value;
 
 /// The bare encoders, and their masked-LM classes, which sentence-transformers folders often name
 /// although they hold only the encoder (the LM head, if stored, is not loaded).
-pub const CLASSES: [&str; 6] =
-    ["BertModel", "RobertaModel", "XLMRobertaModel", "BertForMaskedLM", "RobertaForMaskedLM", "XLMRobertaForMaskedLM"];
+/// With a sequence classification head: cross-encoders (rerankers) and classifiers.
+pub const CLASSES: [&str; 9] = [
+    "BertModel",
+    "RobertaModel",
+    "XLMRobertaModel",
+    "BertForMaskedLM",
+    "RobertaForMaskedLM",
+    "XLMRobertaForMaskedLM",
+    "BertForSequenceClassification",
+    "RobertaForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+];
 
 const NAMES: LayerNames = LayerNames {
     q: "attention.self.query",
@@ -44,8 +54,6 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
     let e = |n: &str| format!("{prefix}embeddings.{n}");
     let type_vocab = config.get("type_vocab_size").and_then(Value::as_u64).unwrap_or(2) as usize;
     let token_type = ck.matrix(&e("token_type_embeddings.weight"), type_vocab, d)?;
-    let mut row0 = vec![0f32; d];
-    token_type.dequantize_row(0, &mut row0);
     Ok(EncoderModel {
         info: EncoderInfo {
             architecture: architecture.to_string(),
@@ -56,7 +64,7 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
         word_embeddings: Embedding { weight: ck.matrix(&e("word_embeddings.weight"), c.vocab_size, d)? },
         position_embeddings: ck.matrix(&e("position_embeddings.weight"), c.max_position_embeddings, d)?,
         positions,
-        token_type: Some(row0),
+        token_type: Some(token_type),
         embed_norm: LayerNorm::load(ck, &e("LayerNorm"), d, c.layer_norm_eps)?,
         layers: load_layers(ck, prefix, &c, &NAMES)?,
         attention: c.attention(),

@@ -122,8 +122,9 @@ pub struct EncoderModel {
     pub word_embeddings: Embedding,
     pub position_embeddings: Weight,
     pub positions: Positions,
-    /// Row 0 of the token type table, added to every token (single-segment inputs).
-    pub token_type: Option<Vec<f32>>,
+    /// The token type (segment) table: row 0 for a single text, row 1 for the second text of
+    /// a pair (BERT); models without one (MPNet) add nothing.
+    pub token_type: Option<Weight>,
     pub embed_norm: LayerNorm,
     pub layers: Vec<EncoderLayer>,
     pub attention: EncoderAttentionParams,
@@ -149,10 +150,20 @@ pub struct EncoderWorkspace {
 impl EncoderModel {
     /// Runs sequences (`ids` holds them one after another, lengths `seq_lens`) through the
     /// encoder; returns the last hidden state of every token (`tokens × hidden_size`).
-    pub fn forward<'w>(&self, ids: &[u32], seq_lens: &[usize], ws: &'w mut EncoderWorkspace) -> &'w [f32] {
+    /// `type_ids`: the token type of every token (text pairs); `None` is type 0 throughout.
+    pub fn forward<'w>(
+        &self,
+        ids: &[u32],
+        type_ids: Option<&[u32]>,
+        seq_lens: &[usize],
+        ws: &'w mut EncoderWorkspace,
+    ) -> &'w [f32] {
         assert_eq!(ids.len(), seq_lens.iter().sum::<usize>(), "one id per token");
+        assert!(type_ids.is_none_or(|t| t.len() == ids.len()), "one type id per token");
+        let types = self.token_type.as_ref().map_or(1, |t| t.rows);
+        assert!(type_ids.is_none_or(|t| t.iter().all(|&ty| (ty as usize) < types)), "type ids below {types}");
         let n = ids.len();
-        self.embed(ids, seq_lens, ws);
+        self.embed(ids, type_ids, seq_lens, ws);
         let bias = self.relative_bias.as_ref().map(|rb| {
             let span = seq_lens.iter().copied().max().unwrap_or(1).max(1);
             rb.fill(self.attention.num_heads, span, &mut ws.bias);
@@ -173,8 +184,8 @@ impl EncoderModel {
         &ws.h
     }
 
-    /// `h = LayerNorm(word + position (+ token type 0))` for every token.
-    fn embed(&self, ids: &[u32], seq_lens: &[usize], ws: &mut EncoderWorkspace) {
+    /// `h = LayerNorm(word + position (+ token type))` for every token.
+    fn embed(&self, ids: &[u32], type_ids: Option<&[u32]>, seq_lens: &[usize], ws: &mut EncoderWorkspace) {
         self.word_embeddings.forward(ids, 1.0, &mut ws.h);
         let d = self.info.hidden_size;
         ws.row.resize(d, 0.0);
@@ -182,11 +193,12 @@ impl EncoderModel {
         for &len in seq_lens {
             self.positions.rows(&ids[start..start + len], &mut ws.rows);
             for (t, &p) in ws.rows.iter().enumerate() {
-                self.position_embeddings.dequantize_row(p, &mut ws.row);
                 let h = &mut ws.h[(start + t) * d..][..d];
+                self.position_embeddings.dequantize_row(p, &mut ws.row);
                 h.iter_mut().zip(&ws.row).for_each(|(a, b)| *a += b);
-                if let Some(tt) = &self.token_type {
-                    h.iter_mut().zip(tt).for_each(|(a, b)| *a += b);
+                if let Some(table) = &self.token_type {
+                    table.dequantize_row(type_ids.map_or(0, |ty| ty[start + t]) as usize, &mut ws.row);
+                    h.iter_mut().zip(&ws.row).for_each(|(a, b)| *a += b);
                 }
             }
             start += len;

@@ -4,6 +4,7 @@ pub mod arch;
 pub mod batch;
 pub mod bert;
 pub mod checkpoint;
+pub mod classifier;
 pub mod config;
 pub mod decoder;
 pub mod encoder;
@@ -70,6 +71,8 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
 pub struct LoadedEncoder {
     pub model: encoder::EncoderModel,
     pub pooling: pooling::PoolingConfig,
+    /// The sequence classification head (`*ForSequenceClassification`), if the model has one.
+    pub classifier: Option<classifier::SequenceClassifier>,
 }
 
 /// The encoder classes `load_encoder` builds.
@@ -100,8 +103,10 @@ pub fn load_encoder(path: &Path) -> Result<LoadedEncoder> {
         Err(Error::msg(format!("{arch} is not an encoder; encoders: {}", encoder_classes().join(", "))))
     }
     .map_err(|e| in_file(e, &cfg_path))?;
+    let classifier = classifier::SequenceClassifier::load(&ck, &config, &arch, model.info.hidden_size)
+        .map_err(|e| in_file(e, &cfg_path))?;
     let pooling = pooling::PoolingConfig::read(path, pooling::PoolingType::Cls)?;
-    Ok(LoadedEncoder { model, pooling })
+    Ok(LoadedEncoder { model, pooling, classifier })
 }
 
 /// Config errors raised while building a model (`config: missing field …`) name no file; they

@@ -26,7 +26,7 @@ fn check(name: &str) {
     let flat: Vec<u32> = ids.concat();
     let d = enc.model.info.hidden_size;
     let mut ws = EncoderWorkspace::default();
-    let hidden = enc.model.forward(&flat, &lens, &mut ws).to_vec();
+    let hidden = enc.model.forward(&flat, None, &lens, &mut ws).to_vec();
     let mut start = 0;
     for (i, c) in cases.iter().enumerate() {
         let rows = &hidden[start * d..(start + lens[i]) * d];
@@ -39,7 +39,7 @@ fn check(name: &str) {
         let cos = cosine(&v, &want);
         assert!(cos >= 0.99999, "{name} case {i} ({:?}): cosine {cos}", c["text"].as_str().unwrap());
         let mut alone_ws = EncoderWorkspace::default();
-        let alone = enc.model.forward(&ids[i], &lens[i..=i], &mut alone_ws);
+        let alone = enc.model.forward(&ids[i], None, &lens[i..=i], &mut alone_ws);
         assert_eq!(alone, rows, "{name} case {i}: alone differs from in the batch");
     }
 }

@@ -3,7 +3,7 @@
 use crate::auth::require_api_key;
 use crate::config::CorsConfig;
 use crate::errors::{method_not_allowed, not_found};
-use crate::routes::{chat, completions, embeddings, health, metrics, models, score, tokenize};
+use crate::routes::{chat, classify, completions, embeddings, health, metrics, models, score, tokenize};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
@@ -26,6 +26,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat::create))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/pooling", post(embeddings::pooling))
+        .route("/classify", post(classify::classify))
         .route("/score", post(score::score))
         .route("/v1/score", post(score::score))
         .route("/rerank", post(score::rerank))

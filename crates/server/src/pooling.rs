@@ -7,7 +7,7 @@ use crate::prompt::check_chars;
 use crate::protocol::pooling::{PoolingInput, Vector};
 use crate::state::{AppState, ModelContext};
 use base64::Engine as _;
-use vllm_rs_engine::PoolingHandle;
+use vllm_rs_engine::{PoolingHandle, PoolingInput as RunnerInput, PoolingTask};
 
 /// OpenAI's limit on inputs per embeddings request.
 pub const MAX_INPUTS: usize = 2048;
@@ -62,7 +62,7 @@ pub fn input_ids(
 }
 
 /// The length `truncate_prompt_tokens` asks for, checked as vLLM checks it.
-fn truncation(truncate: Option<i64>, max_len: usize) -> ApiResult<Option<usize>> {
+pub fn truncation(truncate: Option<i64>, max_len: usize) -> ApiResult<Option<usize>> {
     match truncate {
         None => Ok(None),
         Some(-1) => Ok(Some(max_len)),
@@ -98,12 +98,6 @@ fn one_input(
             }
         }
         Input::Ids(mut ids) => {
-            if let Some(&bad) = ids.iter().find(|&&id| id as usize >= model.vocab_size()) {
-                return Err(ApiError::invalid(
-                    param,
-                    format!("token id {bad} is outside the vocabulary (ids 0..{}).", model.vocab_size()),
-                ));
-            }
             if let Some(k) = cut.filter(|&k| ids.len() > k) {
                 ids.drain(..ids.len() - k);
             }
@@ -113,22 +107,65 @@ fn one_input(
     if ids.is_empty() {
         return Err(ApiError::invalid(param, "An input has no tokens: give a non-empty text or token list."));
     }
-    if ids.len() > max_len {
-        return Err(ApiError::invalid(
-            param,
-            format!(
-                "This model's maximum context length is {max_len} tokens. However, you requested {} tokens in the \
-                 input for embedding generation. Please reduce the length of the input (or set truncate_prompt_tokens).",
-                ids.len()
-            ),
-        ));
-    }
+    check_len(param, ids.len(), max_len)?;
+    check_vocab(param, &ids, model)?;
     Ok(ids)
 }
 
-/// The pooled vector of every input, in order.
-pub async fn pool_all(pooler: &PoolingHandle, ids: Vec<Vec<u32>>) -> ApiResult<Vec<Vec<f32>>> {
-    let pending: Vec<_> = ids.into_iter().map(|i| pooler.pool(i)).collect();
+/// Token ids the model has rows for (a token-id input, or a `--tokenizer` larger than the model).
+pub fn check_vocab(param: &str, ids: &[u32], model: &ModelContext) -> ApiResult<()> {
+    match ids.iter().find(|&&id| id as usize >= model.vocab_size()) {
+        None => Ok(()),
+        Some(bad) => Err(ApiError::invalid(
+            param,
+            format!("token id {bad} is outside the vocabulary (ids 0..{}).", model.vocab_size()),
+        )),
+    }
+}
+
+/// An input longer than the model: vLLM's message.
+pub fn check_len(param: &str, n: usize, max_len: usize) -> ApiResult<()> {
+    if n <= max_len {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        param,
+        format!(
+            "This model's maximum context length is {max_len} tokens. However, you requested {n} tokens in the \
+             input for embedding generation. Please reduce the length of the input (or set truncate_prompt_tokens)."
+        ),
+    ))
+}
+
+/// A 400 unless the model has a classification head (`/classify`).
+pub fn need_head(pooler: &PoolingHandle) -> ApiResult<usize> {
+    pooler.num_labels().ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "This model ({}) has no classification head: /classify needs a *ForSequenceClassification model.",
+            pooler.info.architecture
+        ))
+    })
+}
+
+/// A 400 if the model classifies instead of embedding (`/v1/embeddings`, `/pooling`).
+pub fn need_embedder(pooler: &PoolingHandle) -> ApiResult<()> {
+    match pooler.num_labels() {
+        None => Ok(()),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "This model ({}) is a classifier (cross-encoder): use /classify, /score or /rerank.",
+            pooler.info.architecture
+        ))),
+    }
+}
+
+/// Runner inputs of plain token-id lists for `task`.
+pub fn runner_inputs(ids: Vec<Vec<u32>>, task: PoolingTask) -> Vec<RunnerInput> {
+    ids.into_iter().map(|token_ids| RunnerInput { token_ids, token_type_ids: None, task }).collect()
+}
+
+/// The runner's vector (pooled, or logits) of every input, in order.
+pub async fn pool_all(pooler: &PoolingHandle, inputs: Vec<RunnerInput>) -> ApiResult<Vec<Vec<f32>>> {
+    let pending: Vec<_> = inputs.into_iter().map(|i| pooler.pool(i)).collect();
     let mut out = Vec::with_capacity(pending.len());
     for rx in pending {
         out.push(rx.await.map_err(|_| ApiError::internal("the pooling runner stopped"))?);

@@ -203,6 +203,8 @@ const EMBEDDINGS: &[&str] = &[
     "normalize",
     "priority",
 ];
+const CLASSIFY: &[&str] =
+    &["model", "input", "user", "truncate_prompt_tokens", "request_id", "add_special_tokens", "priority"];
 const SCORE: &[&str] =
     &["model", "text_1", "text_2", "queries", "documents", "user", "truncate_prompt_tokens", "request_id", "priority"];
 const RERANK: &[&str] = &[
@@ -224,6 +226,7 @@ pub enum Endpoint {
     Tokenize,
     Detokenize,
     Embeddings,
+    Classify,
     Score,
     Rerank,
 }
@@ -236,6 +239,7 @@ impl Endpoint {
             Endpoint::Tokenize => TOKENIZE.contains(&key),
             Endpoint::Detokenize => DETOKENIZE.contains(&key),
             Endpoint::Embeddings => EMBEDDINGS.contains(&key),
+            Endpoint::Classify => CLASSIFY.contains(&key),
             Endpoint::Score => SCORE.contains(&key),
             Endpoint::Rerank => RERANK.contains(&key),
         }
@@ -246,7 +250,9 @@ impl Endpoint {
             Endpoint::Completion => &[UNSUPPORTED_COMMON, UNSUPPORTED_COMPLETION],
             Endpoint::Chat => &[UNSUPPORTED_COMMON, UNSUPPORTED_CHAT],
             Endpoint::Tokenize => &[UNSUPPORTED_TOKENIZE],
-            Endpoint::Detokenize | Endpoint::Embeddings | Endpoint::Score | Endpoint::Rerank => &[],
+            Endpoint::Detokenize | Endpoint::Embeddings | Endpoint::Classify | Endpoint::Score | Endpoint::Rerank => {
+                &[]
+            }
         };
         lists.iter().flat_map(|l| l.iter()).find(|u| u.name == key)
     }

@@ -152,3 +152,33 @@ pub struct RerankResponse {
     pub usage: RerankUsage,
     pub results: Vec<RerankResult>,
 }
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ClassificationRequest {
+    pub model: Option<String>,
+    pub input: Option<PoolingInput>,
+    pub user: Option<String>,
+    pub truncate_prompt_tokens: Option<i64>,
+    pub request_id: Option<String>,
+    pub add_special_tokens: Option<bool>,
+    pub priority: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassificationData {
+    pub index: usize,
+    pub label: String,
+    pub probs: Vec<f32>,
+    pub num_classes: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassificationResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub data: Vec<ClassificationData>,
+    pub usage: Usage,
+}

@@ -3,8 +3,8 @@
 use crate::errors::{ApiError, ApiResult};
 use crate::json_body::typed;
 use crate::pooling::{
-    TokenizeFor, check_dimensions, check_priority, encode_vector, finish_vector, input_ids, parse_encoding_format,
-    pool_all,
+    TokenizeFor, check_dimensions, check_priority, encode_vector, finish_vector, input_ids, need_embedder,
+    parse_encoding_format, pool_all, runner_inputs,
 };
 use crate::protocol::common::{Usage, request_id, unix_now};
 use crate::protocol::fields::Endpoint;
@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
+use vllm_rs_engine::PoolingTask;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -54,7 +55,7 @@ async fn handle(state: &Arc<AppState>, headers: &HeaderMap, body: Body, kind: Ki
     let p = prepare_off_thread(body, Endpoint::Embeddings, move |obj| prepare(&st, &m, typed(obj)?, kind)).await?;
     let pooler = model.pooler()?;
     let prompt_tokens = p.ids.iter().map(Vec::len).sum();
-    let vectors = pool_all(pooler, p.ids).await?;
+    let vectors = pool_all(pooler, runner_inputs(p.ids, PoolingTask::Embed)).await?;
     let data = vectors
         .into_iter()
         .enumerate()
@@ -79,6 +80,7 @@ async fn handle(state: &Arc<AppState>, headers: &HeaderMap, body: Body, kind: Ki
 fn prepare(state: &AppState, model: &ModelContext, req: EmbeddingRequest, kind: Kind) -> ApiResult<Prepared> {
     state.check_model(req.model.as_deref())?;
     let pooler = model.pooler()?;
+    need_embedder(pooler)?;
     check_priority(req.priority)?;
     let input = req.input.ok_or_else(|| ApiError::schema("input", "input: Field required"))?;
     let how = TokenizeFor {

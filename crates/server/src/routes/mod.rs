@@ -1,6 +1,7 @@
 //! HTTP handlers, one file per endpoint family.
 
 pub mod chat;
+pub mod classify;
 pub mod completions;
 pub mod embeddings;
 pub mod health;

@@ -1,10 +1,13 @@
-//! `POST /score` (`/v1/score`) and `POST /rerank` (`/v1/rerank`, `/v2/rerank`) on an embedding
-//! model: the score of a pair is the cosine similarity of the two texts' embeddings, as vLLM
-//! scores with embedding (bi-encoder) models.
+//! `POST /score` (`/v1/score`) and `POST /rerank` (`/v1/rerank`, `/v2/rerank`), as vLLM scores:
+//! with an embedding (bi-encoder) model, the cosine similarity of the two texts' embeddings;
+//! with a cross-encoder (a one-label `*ForSequenceClassification`), the sigmoid of the logit of
+//! the pair read together (`[CLS] a [SEP] b [SEP]`).
 
 use crate::errors::{ApiError, ApiResult};
 use crate::json_body::typed;
-use crate::pooling::{Input, TokenizeFor, check_priority, cosine, input_ids, pool_all};
+use crate::pooling::{
+    Input, TokenizeFor, check_len, check_priority, check_vocab, cosine, input_ids, pool_all, runner_inputs, truncation,
+};
 use crate::protocol::common::{Usage, request_id, unix_now};
 use crate::protocol::fields::Endpoint;
 use crate::protocol::pooling::{
@@ -19,25 +22,88 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
+use vllm_rs_engine::{PoolingInput as RunnerInput, PoolingTask};
 
-/// Pairs to score: the token ids of the left and right texts, and which of each a pair takes.
+/// Pairs to score, tokenized for the model's kind.
+enum Scoring {
+    /// Token ids of the left and right texts, and the `(left, right)` index of each pair.
+    BiEncoder { left: Vec<Vec<u32>>, right: Vec<Vec<u32>>, pairs: Vec<(usize, usize)> },
+    /// Each pair's token ids and token type ids.
+    CrossEncoder(Vec<(Vec<u32>, Vec<u32>)>),
+}
+
 struct Pairs {
-    left: Vec<Vec<u32>>,
-    right: Vec<Vec<u32>>,
-    /// `(left, right)` index of each pair, in output order.
-    pairs: Vec<(usize, usize)>,
+    scoring: Scoring,
     id: String,
 }
 
 impl Pairs {
-    /// Embeds both sides once each, scores every pair; also returns the tokens embedded.
+    /// Tokenizes every `(left, right)` pair of texts for this model.
+    fn new(
+        left: Vec<String>,
+        right: Vec<String>,
+        pairs: Vec<(usize, usize)>,
+        truncate: Option<i64>,
+        state: &AppState,
+        model: &ModelContext,
+        id: String,
+    ) -> ApiResult<Self> {
+        let pooler = model.pooler()?;
+        let scoring = match pooler.num_labels() {
+            None => Scoring::BiEncoder {
+                left: tokenize_side("text_1", left, truncate, state, model)?,
+                right: tokenize_side("text_2", right, truncate, state, model)?,
+                pairs,
+            },
+            Some(1) => {
+                let max_len = model.max_model_len();
+                let cut = truncation(truncate, max_len)?;
+                let encoded = pairs
+                    .iter()
+                    .map(|&(i, j)| {
+                        let (ids, types) = model.tokenizer.encode_pair(&left[i], &right[j], cut)?;
+                        check_len("text_2", ids.len(), max_len)?;
+                        check_vocab("text_2", &ids, model)?;
+                        Ok((ids, types))
+                    })
+                    .collect::<ApiResult<_>>()?;
+                Scoring::CrossEncoder(encoded)
+            }
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "This classifier has {n} labels; scoring needs a cross-encoder with one label (use /classify)."
+                )));
+            }
+        };
+        Ok(Pairs { scoring, id })
+    }
+
+    /// The score of every pair; also returns the tokens run.
     async fn scores(self, model: &ModelContext) -> ApiResult<(Vec<f64>, usize, String)> {
         let pooler = model.pooler()?;
-        let tokens = self.left.iter().chain(&self.right).map(Vec::len).sum();
-        let n_left = self.left.len();
-        let all = pool_all(pooler, self.left.into_iter().chain(self.right).collect()).await?;
-        let (l, r) = all.split_at(n_left);
-        Ok((self.pairs.iter().map(|&(i, j)| cosine(&l[i], &r[j])).collect(), tokens, self.id))
+        match self.scoring {
+            Scoring::BiEncoder { left, right, pairs } => {
+                let tokens = left.iter().chain(&right).map(Vec::len).sum();
+                let n_left = left.len();
+                let inputs = runner_inputs(left.into_iter().chain(right).collect(), PoolingTask::Embed);
+                let all = pool_all(pooler, inputs).await?;
+                let (l, r) = all.split_at(n_left);
+                Ok((pairs.iter().map(|&(i, j)| cosine(&l[i], &r[j])).collect(), tokens, self.id))
+            }
+            Scoring::CrossEncoder(encoded) => {
+                let tokens = encoded.iter().map(|(ids, _)| ids.len()).sum();
+                let inputs = encoded
+                    .into_iter()
+                    .map(|(token_ids, types)| RunnerInput {
+                        token_ids,
+                        token_type_ids: Some(types),
+                        task: PoolingTask::Classify,
+                    })
+                    .collect();
+                let logits = pool_all(pooler, inputs).await?;
+                Ok((logits.iter().map(|l| 1.0 / (1.0 + (-(l[0] as f64)).exp())).collect(), tokens, self.id))
+            }
+        }
     }
 }
 
@@ -98,12 +164,8 @@ fn prepare_score(state: &AppState, model: &ModelContext, req: ScoreRequest) -> A
         return Err(ApiError::bad_request("Input lengths must be either 1:1, 1:N or N:N."));
     }
     let pairs = (0..t2.len()).map(|j| (if t1.len() == 1 { 0 } else { j }, j)).collect();
-    Ok(Pairs {
-        left: tokenize_side("text_1", t1, req.truncate_prompt_tokens, state, model)?,
-        right: tokenize_side("text_2", t2, req.truncate_prompt_tokens, state, model)?,
-        pairs,
-        id: request_id("score", req.request_id.as_deref()),
-    })
+    let id = request_id("score", req.request_id.as_deref());
+    Pairs::new(t1, t2, pairs, req.truncate_prompt_tokens, state, model, id)
 }
 
 pub async fn rerank(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -159,11 +221,8 @@ fn prepare_rerank(
         Some(n) if n > 0 => (n as usize).min(docs.len()),
         Some(n) => return Err(ApiError::invalid("top_n", format!("top_n must be positive (or 0 for all), got {n}."))),
     };
-    let pairs = Pairs {
-        left: tokenize_side("query", vec![query], req.truncate_prompt_tokens, state, model)?,
-        right: tokenize_side("documents", docs.clone(), req.truncate_prompt_tokens, state, model)?,
-        pairs: (0..docs.len()).map(|j| (0, j)).collect(),
-        id: request_id("rerank", req.request_id.as_deref()),
-    };
+    let pairs = (0..docs.len()).map(|j| (0, j)).collect();
+    let id = request_id("rerank", req.request_id.as_deref());
+    let pairs = Pairs::new(vec![query], docs.clone(), pairs, req.truncate_prompt_tokens, state, model, id)?;
     Ok((pairs, req.return_documents.unwrap_or(true).then_some(docs), top_n))
 }

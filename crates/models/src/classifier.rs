@@ -1,0 +1,62 @@
+//! Sequence classification heads of encoders (`*ForSequenceClassification`; cross-encoder
+//! rerankers are these with one label): the first token's state through a dense + tanh layer
+//! (BERT's pooler, RoBERTa's `classifier.dense`), then a projection to the labels.
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::layers::Linear;
+use serde_json::Value;
+
+pub struct SequenceClassifier {
+    /// `tanh(dense(cls))`.
+    pub dense: Linear,
+    pub out: Linear,
+    /// `id2label`, in label order.
+    pub labels: Vec<String>,
+}
+
+/// The heads' tensor names per family: (prefix of the dense layer, the output projection).
+fn names(architecture: &str) -> Option<(&'static str, &'static str)> {
+    match architecture {
+        "BertForSequenceClassification" => Some(("bert.pooler.dense", "classifier")),
+        "RobertaForSequenceClassification" | "XLMRobertaForSequenceClassification" => {
+            Some(("classifier.dense", "classifier.out_proj"))
+        }
+        _ => None,
+    }
+}
+
+impl SequenceClassifier {
+    /// The head of `architecture`, or `None` for a bare encoder.
+    pub fn load(ck: &Checkpoint, config: &Value, architecture: &str, hidden: usize) -> Result<Option<Self>> {
+        let Some((dense, out)) = names(architecture) else { return Ok(None) };
+        let labels = labels(config)?;
+        Ok(Some(SequenceClassifier {
+            dense: Linear::load(ck, dense, hidden, hidden, true)?,
+            out: Linear::load(ck, out, labels.len(), hidden, true)?,
+            labels,
+        }))
+    }
+
+    /// Logits of each sequence from its first token's state (`cls`: `seqs × hidden`).
+    pub fn logits(&self, cls: &[f32], seqs: usize, scratch: &mut Vec<f32>, out: &mut Vec<f32>) {
+        self.dense.forward(cls, seqs, scratch);
+        scratch.iter_mut().for_each(|v| *v = v.tanh());
+        self.out.forward(scratch, seqs, out);
+    }
+}
+
+/// `id2label` as a list (ids 0..n); `num_labels` alone gives `LABEL_i` names, as transformers.
+fn labels(config: &Value) -> Result<Vec<String>> {
+    if let Some(map) = config.get("id2label").and_then(Value::as_object) {
+        let mut labels = vec![None; map.len()];
+        for (k, v) in map {
+            let i: usize = k.parse().map_err(|_| Error::msg(format!("config: id2label key {k:?} is not a number")))?;
+            let slot = labels.get_mut(i).ok_or_else(|| Error::msg(format!("config: id2label has a gap before {i}")))?;
+            *slot = Some(v.as_str().unwrap_or_default().to_string());
+        }
+        return labels.into_iter().map(|l| l.ok_or_else(|| Error::msg("config: id2label has gaps"))).collect();
+    }
+    let n = config.get("num_labels").and_then(Value::as_u64).unwrap_or(2) as usize;
+    Ok((0..n).map(|i| format!("LABEL_{i}")).collect())
+}

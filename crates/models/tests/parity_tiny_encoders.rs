@@ -1,0 +1,86 @@
+//! Tiny random encoders made by transformers (`scripts/make_tiny_encoders.py`): our last hidden
+//! states (bare encoders) and classification logits (heads) against transformers float32, one
+//! sequence at a time and all in one batch (bit-identical); token type ids of text pairs; a
+//! padding id inside a sequence (RoBERTa/MPNet positions skip it).
+
+use vllm_rs_models::encoder::EncoderWorkspace;
+use vllm_rs_testutil::{golden, test_data};
+
+fn ids(v: &serde_json::Value) -> Option<Vec<u32>> {
+    v.as_array().map(|a| a.iter().map(|x| x.as_u64().unwrap() as u32).collect())
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+/// Largest difference relative to the largest reference magnitude.
+fn rel_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max) / scale
+}
+
+fn check(name: &str) {
+    let enc = vllm_rs_models::load_encoder(&test_data(&format!("data/tiny-encoders/{name}")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g = golden(&format!("tiny-encoders/{name}.json"));
+    let cases = g["cases"].as_array().unwrap();
+    let d = enc.model.info.hidden_size;
+    let (mut all_ids, mut all_types, mut lens) = (Vec::new(), Vec::new(), Vec::new());
+    let mut alone_outs = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let tok = ids(&c["token_ids"]).unwrap();
+        let types = ids(&c["token_type_ids"]).unwrap_or_else(|| vec![0; tok.len()]);
+        let mut ws = EncoderWorkspace::default();
+        let h = enc.model.forward(&tok, Some(&types), &[tok.len()], &mut ws).to_vec();
+        let got = match &enc.classifier {
+            Some(head) => {
+                let (mut scratch, mut logits) = (Vec::new(), Vec::new());
+                head.logits(&h[..d], 1, &mut scratch, &mut logits);
+                logits
+            }
+            None => h.clone(),
+        };
+        let want = floats(if enc.classifier.is_some() { &c["logits"] } else { &c["hidden"] });
+        let err = rel_diff(&got, &want);
+        assert!(err < 1e-4, "{name} case {i} (len {}): relative error {err}", tok.len());
+        lens.push(tok.len());
+        all_ids.extend(tok);
+        all_types.extend(types);
+        alone_outs.push(h);
+    }
+    let mut ws = EncoderWorkspace::default();
+    let batch = enc.model.forward(&all_ids, Some(&all_types), &lens, &mut ws);
+    assert_eq!(batch, alone_outs.concat().as_slice(), "{name}: batch differs from sequences alone");
+}
+
+#[test]
+fn bert() {
+    check("bert");
+}
+
+#[test]
+fn roberta() {
+    check("roberta");
+}
+
+#[test]
+fn xlm_roberta() {
+    check("xlm_roberta");
+}
+
+#[test]
+fn mpnet() {
+    check("mpnet");
+}
+
+#[test]
+fn bert_sequence_classification() {
+    check("bert_cls");
+}
+
+#[test]
+fn xlm_roberta_sequence_classification() {
+    check("xlm_roberta_cls");
+}
