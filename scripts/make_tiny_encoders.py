@@ -132,10 +132,32 @@ def make(name):
     print(name, cls_name)
 
 
+def decoder_golden(arch):
+    """A tiny decoder of tests/data/tiny run as a pooling model: transformers' final (normed)
+    hidden states of whole sequences, which last-token pooling reads."""
+    src = os.path.join(REPO, 'tests', 'data', 'tiny', arch)
+    model = transformers.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+    rng = torch.Generator().manual_seed(4242)
+    cases = []
+    for n in [1, 7, 23]:
+        ids = torch.randint(0, model.config.vocab_size, (n,), generator=rng)
+        with torch.no_grad():
+            h = model.model(input_ids=ids[None]).last_hidden_state[0]
+        cases.append({'token_ids': ids.tolist(), 'hidden': [float(f'{x:.8g}') for x in h.flatten().tolist()]})
+    g = {'arch': arch, 'versions': {'torch': torch.__version__, 'transformers': transformers.__version__},
+         'cases': cases}
+    with open(os.path.join(REPO, 'tests', 'goldens', 'tiny-encoders', f'{arch}_pooled.json'), 'w') as f:
+        json.dump(g, f)
+    print(arch, 'as a pooling model')
+
+
+DECODERS = ['qwen3']
+
+
 def main():
     torch.set_num_threads(1)
-    for name in sys.argv[1:] or ARCHS:
-        make(name)
+    for name in sys.argv[1:] or list(ARCHS) + DECODERS:
+        decoder_golden(name) if name in DECODERS else make(name)
 
 
 if __name__ == '__main__':

@@ -96,8 +96,9 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value_t = PolicyArg::Fcfs)]
     pub scheduling_policy: PolicyArg,
 
-    /// `auto`: pooling for encoder (embedding) models, generate for the rest; `generate` or
-    /// `pooling` to insist (vLLM's `--runner`).
+    /// `auto`: pooling for encoder (embedding) models, generate for the rest; `pooling` also
+    /// runs a decoder as an embedding model (last-token pooling, as vLLM converts
+    /// `*ForCausalLM`, e.g. Qwen3-Embedding); `generate` insists on text generation.
     #[arg(long, value_enum, default_value_t = RunnerArg::Auto)]
     pub runner: RunnerArg,
 

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use tracing::info;
-use vllm_rs_models::encoder::EncoderWorkspace;
+use vllm_rs_models::PoolingWorkspace;
 
 #[derive(Args)]
 pub struct EmbedArgs {
@@ -64,8 +64,8 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     };
     let texts = read_lines(&a.input)?;
     let ids = tokenize(&p, &texts, !a.no_truncate)?;
-    let vectors = embed_all(&p, &ids, !a.no_normalize && p.encoder.pooling.normalize);
-    write(&a, &vectors, p.encoder.model.info.hidden_size)
+    let vectors = embed_all(&p, &ids, !a.no_normalize && p.model.pooling.normalize);
+    write(&a, &vectors, p.model.info.hidden_size)
 }
 
 fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
@@ -116,9 +116,9 @@ fn embed_all(p: &LoadedPooling, ids: &[Vec<u32>], normalize: bool) -> Vec<Vec<f3
     if let Ok(style) = ProgressStyle::with_template("embedding [{wide_bar}] {pos}/{len} texts {per_sec} ETA {eta}") {
         bar.set_style(style.progress_chars("=> "));
     }
-    let model = &p.encoder.model;
+    let model = &p.model;
     let d = model.info.hidden_size;
-    let mut ws = EncoderWorkspace::default();
+    let mut ws = PoolingWorkspace::default();
     let mut out = Vec::with_capacity(ids.len());
     let mut start = 0;
     while start < ids.len() {
@@ -136,7 +136,7 @@ fn embed_all(p: &LoadedPooling, ids: &[Vec<u32>], normalize: bool) -> Vec<Vec<f3
         let mut row = 0;
         for len in lens {
             let mut v = Vec::with_capacity(d);
-            p.encoder.pooling.pooling_type.pool(&hidden[row * d..(row + len) * d], d, &mut v);
+            p.model.pooling.pooling_type.pool(&hidden[row * d..(row + len) * d], d, &mut v);
             if normalize {
                 vllm_rs_engine::normalize(&mut v);
             }

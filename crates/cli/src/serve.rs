@@ -241,7 +241,7 @@ fn pooling_context(p: LoadedPooling, served_name: &str) -> ModelContext {
     info!("serving {} as {served_name:?} (embeddings: /v1/embeddings, /pooling, /score, /rerank)", p.model_arg);
     let max_model_len = p.limits.max_model_len;
     ModelContext {
-        runner: Runner::Pooling(PoolingHandle::spawn(p.encoder, p.limits)),
+        runner: Runner::Pooling(PoolingHandle::spawn(p.model, p.limits)),
         defaults: SamplingDefaults::default(),
         tokenizer: p.tokenizer,
         chat_template: None,

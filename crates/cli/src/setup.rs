@@ -12,6 +12,7 @@ use vllm_rs_engine::{
     kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
+use vllm_rs_models::Backbone;
 
 /// Everything `serve`, `generate` and `bench` need about the model, plus the engine.
 pub struct Loaded {
@@ -35,7 +36,7 @@ pub enum LoadedRunner {
 pub struct LoadedPooling {
     pub model_arg: String,
     pub tokenizer: Arc<Tokenizer>,
-    pub encoder: vllm_rs_models::LoadedEncoder,
+    pub model: vllm_rs_models::PoolingModel,
     pub limits: PoolingLimits,
 }
 
@@ -47,7 +48,7 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
             "{} is an embedding model ({}): serve it with `vllm-rs serve` (/v1/embeddings, /score, /rerank) or \
              embed files with `vllm-rs embed`",
             p.model_arg,
-            p.encoder.model.info.architecture
+            p.model.info.architecture
         ),
     }
 }
@@ -81,31 +82,33 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
         (RunnerArg::Generate, true) => bail!(
             "--runner generate: {model_arg} is an encoder (embedding) model; it cannot generate text (use --runner pooling or auto)"
         ),
-        (RunnerArg::Pooling, false) => bail!(
-            "--runner pooling: {model_arg} is a decoder; pooling decoder models (vLLM's --convert embed, last-token \
-             pooling) is not supported yet. Embedding models served now: {}",
-            vllm_rs_models::encoder_classes().join(", ")
-        ),
-        (_, true) => return load_pooling(path, model_arg, args, t0).map(|p| LoadedRunner::Pooling(Box::new(p))),
+        (RunnerArg::Pooling, _) | (RunnerArg::Auto, true) => {
+            return load_pooling(path, model_arg, args, t0).map(|p| LoadedRunner::Pooling(Box::new(p)));
+        }
         _ => {}
     }
     Ok(LoadedRunner::Generate(Box::new(load_generate(path, model_arg, args, tier, t0)?)))
 }
 
-/// The encoder, its tokenizer and the pooling runner's limits.
+/// The pooling model (an encoder, or a decoder pooled as vLLM's `--runner pooling` converts
+/// it), its tokenizer and the pooling runner's limits.
 fn load_pooling(path: &Path, model_arg: String, args: &EngineArgs, t0: Instant) -> Result<LoadedPooling> {
-    let encoder = vllm_rs_models::load_encoder(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let model = match vllm_rs_models::is_encoder(path) {
+        true => vllm_rs_models::load_encoder(path),
+        false => vllm_rs_models::load_decoder_for_pooling(path),
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let tokenizer = Arc::new(
         match &args.vllm.tokenizer {
             Some(t) => vllm_rs_frontend::load_tokenizer(Path::new(t), None),
-            None => vllm_rs_frontend::load_tokenizer(path, None),
+            None => vllm_rs_frontend::load_tokenizer(path, model.gguf.as_deref()),
         }
         .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
     );
-    let info = &encoder.model.info;
+    let info = &model.info;
     // sentence-transformers' max_seq_length caps the model's length, as vLLM reads it.
     let model_len =
-        encoder.pooling.max_seq_length.map_or(info.max_position_embeddings, |m| m.min(info.max_position_embeddings));
+        model.pooling.max_seq_length.map_or(info.max_position_embeddings, |m| m.min(info.max_position_embeddings));
     let max_model_len = match args.max_model_len {
         Some(0) => bail!("--max-model-len must be positive"),
         Some(n) if n > model_len => {
@@ -116,18 +119,22 @@ fn load_pooling(path: &Path, model_arg: String, args: &EngineArgs, t0: Instant) 
     };
     let limits = PoolingLimits {
         max_model_len,
-        max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(8192).max(max_model_len),
+        // A decoder keeps a scratch KV cache for the batch: smaller batches by default.
+        max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(match model.backbone {
+            Backbone::Encoder(_) => 8192,
+            Backbone::Decoder(_) => 2048,
+        }),
         max_num_seqs: args.max_num_seqs.max(1),
     };
     info!(
         "embedding model {} ({} pooling{}, {} dimensions, inputs up to {max_model_len} tokens) ready in {:.2} s",
         info.architecture,
-        encoder.pooling.pooling_type.name(),
-        if encoder.pooling.normalize { ", normalized" } else { "" },
+        model.pooling.pooling_type.name(),
+        if model.pooling.normalize { ", normalized" } else { "" },
         info.hidden_size,
         t0.elapsed().as_secs_f64()
     );
-    Ok(LoadedPooling { model_arg, tokenizer, encoder, limits })
+    Ok(LoadedPooling { model_arg, tokenizer, model, limits })
 }
 
 fn load_generate(

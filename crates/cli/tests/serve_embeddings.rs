@@ -193,3 +193,20 @@ print("OK")
     let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && so.contains("OK"), "{so}\n{se}\nserver log:\n{}", s.log());
 }
+
+/// `--runner pooling` on a decoder (as Qwen3-Embedding is served): last-token pooling of its
+/// final hidden states, normalized; batched requests equal lone ones; no text generation.
+/// (Parity of those hidden states with transformers: `parity_tiny_encoders.rs`.)
+#[test]
+fn a_decoder_serves_embeddings_with_runner_pooling() {
+    let model = vllm_rs_testutil::gguf_path("smollm2").to_string_lossy().into_owned();
+    let s = Server::start_model(vec![model], &["--runner", "pooling"]);
+    let r = s.ok("/v1/embeddings", &json!({"input": ["The capital of France is", "hello"]}));
+    let v = floats(&r["data"][0]["embedding"]);
+    assert_eq!(v.len(), 576);
+    assert!((v.iter().map(|x| x * x).sum::<f64>().sqrt() - 1.0).abs() < 1e-5);
+    let alone = s.ok("/v1/embeddings", &json!({"input": "hello"}));
+    assert_eq!(alone["data"][0]["embedding"], r["data"][1]["embedding"]);
+    let (status, _) = s.post("/v1/completions", &json!({"prompt": "hi"}));
+    assert_eq!(status, 400);
+}

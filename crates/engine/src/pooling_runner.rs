@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
-use vllm_rs_models::LoadedEncoder;
-use vllm_rs_models::encoder::{EncoderInfo, EncoderWorkspace};
+use vllm_rs_models::{PoolingInfo, PoolingModel, PoolingWorkspace};
+
 use vllm_rs_models::pooling::PoolingConfig;
 
 /// What a pooling request may hold per batch.
@@ -56,7 +56,7 @@ pub struct PoolingStats {
 
 pub struct PoolingHandle {
     tx: Mutex<mpsc::Sender<Command>>,
-    pub info: EncoderInfo,
+    pub info: PoolingInfo,
     pub pooling: PoolingConfig,
     /// The classification head's labels, if the model has one.
     pub labels: Option<Vec<String>>,
@@ -67,9 +67,9 @@ pub struct PoolingHandle {
 
 impl PoolingHandle {
     /// Moves the model onto its own thread.
-    pub fn spawn(model: LoadedEncoder, limits: PoolingLimits) -> Arc<Self> {
+    pub fn spawn(model: PoolingModel, limits: PoolingLimits) -> Arc<Self> {
         let (tx, rx) = mpsc::channel();
-        let info = model.model.info.clone();
+        let info = model.info.clone();
         let pooling = model.pooling.clone();
         let labels = model.classifier.as_ref().map(|c| c.labels.clone());
         let stats = Arc::new(PoolingStats::default());
@@ -120,8 +120,8 @@ impl PoolingHandle {
     }
 }
 
-fn pooling_loop(model: LoadedEncoder, limits: PoolingLimits, rx: mpsc::Receiver<Command>, stats: &PoolingStats) {
-    let mut ws = EncoderWorkspace::default();
+fn pooling_loop(model: PoolingModel, limits: PoolingLimits, rx: mpsc::Receiver<Command>, stats: &PoolingStats) {
+    let mut ws = PoolingWorkspace::default();
     let mut pending: Option<(PoolingInput, Reply)> = None;
     loop {
         let first = match pending.take() {
@@ -159,12 +159,7 @@ fn pooling_loop(model: LoadedEncoder, limits: PoolingLimits, rx: mpsc::Receiver<
 }
 
 /// Encodes the inputs whose callers still wait, pools (or classifies) each, answers each.
-fn run_batch(
-    model: &LoadedEncoder,
-    batch: Vec<(PoolingInput, Reply)>,
-    ws: &mut EncoderWorkspace,
-    stats: &PoolingStats,
-) {
+fn run_batch(model: &PoolingModel, batch: Vec<(PoolingInput, Reply)>, ws: &mut PoolingWorkspace, stats: &PoolingStats) {
     let batch: Vec<_> = batch.into_iter().filter(|(_, reply)| !reply.is_closed()).collect();
     if batch.is_empty() {
         return;
@@ -175,8 +170,8 @@ fn run_batch(
         let zeros = |i: &PoolingInput| vec![0; i.token_ids.len()];
         batch.iter().flat_map(|(i, _)| i.token_type_ids.clone().unwrap_or_else(|| zeros(i))).collect()
     });
-    let d = model.model.info.hidden_size;
-    let hidden = model.model.forward(&ids, types.as_deref(), &lens, ws);
+    let d = model.info.hidden_size;
+    let hidden = model.forward(&ids, types.as_deref(), &lens, ws);
     let mut start = 0;
     let (mut cls, mut scratch, mut logits) = (Vec::new(), Vec::new(), Vec::new());
     for ((input, reply), len) in batch.into_iter().zip(&lens) {

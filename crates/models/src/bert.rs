@@ -3,10 +3,11 @@
 //! the padding index (fairseq), BERT from 0. Token type 0 is added to every token.
 
 use crate::checkpoint::Checkpoint;
-use crate::encoder::{EncoderConfig, EncoderInfo, EncoderModel, LayerNames, Positions, load_layers, tensor_prefix};
+use crate::encoder::{EncoderConfig, EncoderModel, LayerNames, Positions, load_layers, tensor_prefix};
 use crate::error::{Error, Result};
 use crate::layers::Embedding;
 use crate::norm::LayerNorm;
+use crate::pooling_model::PoolingInfo;
 use serde_json::Value;
 
 /// The bare encoders, and their masked-LM classes, which sentence-transformers folders often name
@@ -55,7 +56,7 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
     let type_vocab = config.get("type_vocab_size").and_then(Value::as_u64).unwrap_or(2) as usize;
     let token_type = ck.matrix(&e("token_type_embeddings.weight"), type_vocab, d)?;
     Ok(EncoderModel {
-        info: EncoderInfo {
+        info: PoolingInfo {
             architecture: architecture.to_string(),
             hidden_size: d,
             vocab_size: c.vocab_size,

@@ -7,21 +7,11 @@ use crate::error::{Error, Result};
 use crate::layers::{Embedding, Linear};
 use crate::mlp::Activation;
 use crate::norm::LayerNorm;
+use crate::pooling_model::PoolingInfo;
 use serde::Deserialize;
 use serde_json::Value;
 use vllm_rs_kernels::Weight;
 use vllm_rs_kernels::encoder_attention::{EncoderAttentionParams, RelativeBias, encoder_attention};
-
-/// What the pooling runner needs to know about an encoder.
-#[derive(Clone, Debug)]
-pub struct EncoderInfo {
-    /// Hugging Face class name, e.g. `BertModel`.
-    pub architecture: String,
-    pub hidden_size: usize,
-    pub vocab_size: usize,
-    /// Longest sequence the position table covers (after any position offset).
-    pub max_position_embeddings: usize,
-}
 
 /// How a token's position row is found.
 #[derive(Clone, Copy, Debug)]
@@ -118,7 +108,7 @@ pub struct EncoderLayer {
 }
 
 pub struct EncoderModel {
-    pub info: EncoderInfo,
+    pub info: PoolingInfo,
     pub word_embeddings: Embedding,
     pub position_embeddings: Weight,
     pub positions: Positions,

@@ -21,6 +21,7 @@ pub mod norm;
 pub mod opt;
 pub mod phi3;
 pub mod pooling;
+pub mod pooling_model;
 pub mod registry;
 
 // The file formats live below models and frontend; re-exported under their old paths.
@@ -29,6 +30,7 @@ pub use vllm_rs_formats::{error, gguf};
 pub use batch::{ForwardBatch, GroupBatch};
 pub use error::{Error, Result};
 pub use model::{ForwardInput, Model, ModelInfo, Workspace};
+pub use pooling_model::{Backbone, PoolingInfo, PoolingModel, PoolingWorkspace};
 
 use checkpoint::Checkpoint;
 use gguf::GgufFile;
@@ -67,14 +69,6 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     }
 }
 
-/// An encoder ready to embed, and how its token states become a sentence vector.
-pub struct LoadedEncoder {
-    pub model: encoder::EncoderModel,
-    pub pooling: pooling::PoolingConfig,
-    /// The sequence classification head (`*ForSequenceClassification`), if the model has one.
-    pub classifier: Option<classifier::SequenceClassifier>,
-}
-
 /// The encoder classes `load_encoder` builds.
 pub fn encoder_classes() -> Vec<&'static str> {
     bert::CLASSES.iter().chain(mpnet::CLASSES.iter()).copied().collect()
@@ -90,7 +84,7 @@ pub fn is_encoder(path: &Path) -> bool {
 
 /// Loads an encoder (BERT, RoBERTa, XLM-R, MPNet) from an HF folder, with its
 /// sentence-transformers pooling (CLS and normalization when the folder has none, as vLLM).
-pub fn load_encoder(path: &Path) -> Result<LoadedEncoder> {
+pub fn load_encoder(path: &Path) -> Result<PoolingModel> {
     let cfg_path = path.join("config.json");
     let config = config::read_config(path)?;
     let arch = config::architecture(&config).map_err(|e| Error::file(&cfg_path, e.to_string()))?;
@@ -106,7 +100,26 @@ pub fn load_encoder(path: &Path) -> Result<LoadedEncoder> {
     let classifier = classifier::SequenceClassifier::load(&ck, &config, &arch, model.info.hidden_size)
         .map_err(|e| in_file(e, &cfg_path))?;
     let pooling = pooling::PoolingConfig::read(path, pooling::PoolingType::Cls)?;
-    Ok(LoadedEncoder { model, pooling, classifier })
+    Ok(PoolingModel { info: model.info.clone(), backbone: Backbone::Encoder(model), pooling, classifier, gguf: None })
+}
+
+/// Loads a decoder (HF folder or GGUF) to pool its final hidden states: the folder's
+/// sentence-transformers pooling, else last-token pooling with normalization (vLLM's defaults
+/// for `--runner pooling` on a `*ForCausalLM`).
+pub fn load_decoder_for_pooling(path: &Path) -> Result<PoolingModel> {
+    let lm = load(path)?;
+    let pooling = match path.is_dir() {
+        true => pooling::PoolingConfig::read(path, pooling::PoolingType::Last)?,
+        false => pooling::PoolingConfig::defaults(pooling::PoolingType::Last),
+    };
+    let i = lm.model.info();
+    let info = PoolingInfo {
+        architecture: i.architecture.clone(),
+        hidden_size: i.hidden_size,
+        vocab_size: i.vocab_size,
+        max_position_embeddings: i.max_position_embeddings,
+    };
+    Ok(PoolingModel { info, backbone: Backbone::Decoder(lm.model), pooling, classifier: None, gguf: lm.gguf })
 }
 
 /// Config errors raised while building a model (`config: missing field …`) name no file; they

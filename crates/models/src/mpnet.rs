@@ -4,11 +4,12 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::encoder::{
-    EncoderConfig, EncoderInfo, EncoderModel, LayerNames, Positions, RelativePositionBias, load_layers, tensor_prefix,
+    EncoderConfig, EncoderModel, LayerNames, Positions, RelativePositionBias, load_layers, tensor_prefix,
 };
 use crate::error::{Error, Result};
 use crate::layers::Embedding;
 use crate::norm::LayerNorm;
+use crate::pooling_model::PoolingInfo;
 use serde_json::Value;
 
 /// `MPNetForMaskedLM` is what all-mpnet-base-v2 names: its folder holds only the encoder.
@@ -44,7 +45,7 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
     let table =
         ck.matrix(&format!("{prefix}encoder.relative_attention_bias.weight"), buckets, c.num_attention_heads)?;
     Ok(EncoderModel {
-        info: EncoderInfo {
+        info: PoolingInfo {
             architecture: architecture.to_string(),
             hidden_size: d,
             vocab_size: c.vocab_size,

@@ -67,10 +67,15 @@ pub struct PoolingConfig {
 }
 
 impl PoolingConfig {
+    /// `pooling_type` with normalization, nothing else known.
+    pub fn defaults(pooling_type: PoolingType) -> Self {
+        PoolingConfig { pooling_type, normalize: true, max_seq_length: None, matryoshka: None }
+    }
+
     /// Reads the sentence-transformers files of `dir`; without them, `default` pooling with
     /// normalization (vLLM's defaults for an embedding model).
     pub fn read(dir: &Path, default: PoolingType) -> Result<Self> {
-        let mut cfg = PoolingConfig { pooling_type: default, normalize: true, max_seq_length: None, matryoshka: None };
+        let mut cfg = Self::defaults(default);
         if let Some(c) = read_json(&dir.join("config.json"))? {
             let dims = c.get("matryoshka_dimensions").and_then(Value::as_array);
             let dims: Vec<usize> = dims.into_iter().flatten().filter_map(Value::as_u64).map(|d| d as usize).collect();

@@ -3,7 +3,7 @@
 //! pooling, all sentences in one batch, must give vectors at cosine ≥ 0.99999 to the
 //! reference; each sentence alone gives the same bits as in the batch.
 
-use vllm_rs_models::encoder::EncoderWorkspace;
+use vllm_rs_models::PoolingWorkspace;
 use vllm_rs_models::pooling::normalize;
 use vllm_rs_testutil::{golden, hf_dir};
 
@@ -24,9 +24,9 @@ fn check(name: &str) {
         .collect();
     let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
     let flat: Vec<u32> = ids.concat();
-    let d = enc.model.info.hidden_size;
-    let mut ws = EncoderWorkspace::default();
-    let hidden = enc.model.forward(&flat, None, &lens, &mut ws).to_vec();
+    let d = enc.info.hidden_size;
+    let mut ws = PoolingWorkspace::default();
+    let hidden = enc.forward(&flat, None, &lens, &mut ws).to_vec();
     let mut start = 0;
     for (i, c) in cases.iter().enumerate() {
         let rows = &hidden[start * d..(start + lens[i]) * d];
@@ -38,8 +38,8 @@ fn check(name: &str) {
         let want: Vec<f64> = c["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
         let cos = cosine(&v, &want);
         assert!(cos >= 0.99999, "{name} case {i} ({:?}): cosine {cos}", c["text"].as_str().unwrap());
-        let mut alone_ws = EncoderWorkspace::default();
-        let alone = enc.model.forward(&ids[i], None, &lens[i..=i], &mut alone_ws);
+        let mut alone_ws = PoolingWorkspace::default();
+        let alone = enc.forward(&ids[i], None, &lens[i..=i], &mut alone_ws);
         assert_eq!(alone, rows, "{name} case {i}: alone differs from in the batch");
     }
 }

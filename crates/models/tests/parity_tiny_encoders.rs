@@ -3,7 +3,7 @@
 //! sequence at a time and all in one batch (bit-identical); token type ids of text pairs; a
 //! padding id inside a sequence (RoBERTa/MPNet positions skip it).
 
-use vllm_rs_models::encoder::EncoderWorkspace;
+use vllm_rs_models::PoolingWorkspace;
 use vllm_rs_testutil::{golden, test_data};
 
 fn ids(v: &serde_json::Value) -> Option<Vec<u32>> {
@@ -26,14 +26,14 @@ fn check(name: &str) {
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let g = golden(&format!("tiny-encoders/{name}.json"));
     let cases = g["cases"].as_array().unwrap();
-    let d = enc.model.info.hidden_size;
+    let d = enc.info.hidden_size;
     let (mut all_ids, mut all_types, mut lens) = (Vec::new(), Vec::new(), Vec::new());
     let mut alone_outs = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let tok = ids(&c["token_ids"]).unwrap();
         let types = ids(&c["token_type_ids"]).unwrap_or_else(|| vec![0; tok.len()]);
-        let mut ws = EncoderWorkspace::default();
-        let h = enc.model.forward(&tok, Some(&types), &[tok.len()], &mut ws).to_vec();
+        let mut ws = PoolingWorkspace::default();
+        let h = enc.forward(&tok, Some(&types), &[tok.len()], &mut ws).to_vec();
         let got = match &enc.classifier {
             Some(head) => {
                 let (mut scratch, mut logits) = (Vec::new(), Vec::new());
@@ -50,8 +50,8 @@ fn check(name: &str) {
         all_types.extend(types);
         alone_outs.push(h);
     }
-    let mut ws = EncoderWorkspace::default();
-    let batch = enc.model.forward(&all_ids, Some(&all_types), &lens, &mut ws);
+    let mut ws = PoolingWorkspace::default();
+    let batch = enc.forward(&all_ids, Some(&all_types), &lens, &mut ws);
     assert_eq!(batch, alone_outs.concat().as_slice(), "{name}: batch differs from sequences alone");
 }
 
@@ -83,4 +83,26 @@ fn bert_sequence_classification() {
 #[test]
 fn xlm_roberta_sequence_classification() {
     check("xlm_roberta_cls");
+}
+
+/// A decoder run as a pooling model (`--runner pooling`): the final hidden states of whole
+/// sequences equal transformers' (the tiny Qwen3 of `tests/data/tiny`), alone and batched.
+#[test]
+fn qwen3_as_a_pooling_model() {
+    let m = vllm_rs_models::load_decoder_for_pooling(&test_data("data/tiny/qwen3")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.pooling.pooling_type, vllm_rs_models::pooling::PoolingType::Last);
+    let g = golden("tiny-encoders/qwen3_pooled.json");
+    let (mut all, mut lens, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, c) in g["cases"].as_array().unwrap().iter().enumerate() {
+        let tok = ids(&c["token_ids"]).unwrap();
+        let mut ws = PoolingWorkspace::default();
+        let h = m.forward(&tok, None, &[tok.len()], &mut ws).to_vec();
+        let err = rel_diff(&h, &floats(&c["hidden"]));
+        assert!(err < 1e-4, "case {i}: relative error {err}");
+        lens.push(tok.len());
+        all.extend(tok);
+        alone.push(h);
+    }
+    let mut ws = PoolingWorkspace::default();
+    assert_eq!(m.forward(&all, None, &lens, &mut ws), alone.concat().as_slice());
 }
