@@ -100,7 +100,13 @@ pub fn load_encoder(path: &Path) -> Result<PoolingModel> {
     let classifier = classifier::SequenceClassifier::load(&ck, &config, &arch, model.info.hidden_size)
         .map_err(|e| in_file(e, &cfg_path))?;
     let pooling = pooling::PoolingConfig::read(path, pooling::PoolingType::Cls)?;
-    Ok(PoolingModel { info: model.info.clone(), backbone: Backbone::Encoder(model), pooling, classifier, gguf: None })
+    Ok(PoolingModel {
+        info: model.info.clone(),
+        backbone: Backbone::Encoder(Box::new(model)),
+        pooling,
+        classifier,
+        gguf: None,
+    })
 }
 
 /// Loads a decoder (HF folder or GGUF) to pool its final hidden states: the folder's

@@ -24,7 +24,7 @@ pub struct PoolingInfo {
 }
 
 pub enum Backbone {
-    Encoder(EncoderModel),
+    Encoder(Box<EncoderModel>),
     Decoder(Box<dyn Model>),
 }
 
