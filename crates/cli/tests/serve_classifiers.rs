@@ -75,3 +75,31 @@ fn an_embedding_model_refuses_classify() {
     let (status, r) = s.post("/classify", &json!({"input": "a"}));
     assert!(status == 400 && r["error"]["message"].as_str().unwrap().contains("classification head"), "{r}");
 }
+
+/// `dimensions` on a model whose config declares Matryoshka sizes (the tiny BERT, given the
+/// tiny tokenizer and `matryoshka_dimensions`): the vector is cut, then normalized; a size not
+/// declared is a 400.
+#[test]
+fn matryoshka_dimensions_cut_then_normalize() {
+    let dir = std::env::temp_dir().join(format!("vllm-rs-matryoshka-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = test_data("data/tiny-encoders/bert");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    std::fs::copy(test_data("data/tiny-encoders/bert_cls/tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    config["matryoshka_dimensions"] = json!([8, 16]);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let s = Server::start_model(vec![dir.to_string_lossy().into_owned()], &[]);
+    let full = s.ok("/v1/embeddings", &json!({"input": "the cat sat", "normalize": false}));
+    let cut = s.ok("/v1/embeddings", &json!({"input": "the cat sat", "dimensions": 8}));
+    let full: Vec<f64> = full["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let cut: Vec<f64> = cut["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!((full.len(), cut.len()), (32, 8));
+    let norm = full[..8].iter().map(|x| x * x).sum::<f64>().sqrt();
+    for (c, f) in cut.iter().zip(&full[..8]) {
+        assert!((c - f / norm).abs() < 1e-6, "{c} vs {}", f / norm);
+    }
+    let (status, r) = s.post("/v1/embeddings", &json!({"input": "a", "dimensions": 9}));
+    assert!(status == 400 && r["error"]["param"] == "dimensions", "{r}");
+    std::fs::remove_dir_all(&dir).ok();
+}
