@@ -65,6 +65,9 @@ pub struct Request {
     pub cache_salt: Option<String>,
     /// Requests that need every prompt position's logits must compute them all.
     pub skip_reading_prefix_cache: bool,
+    /// Most tokens of this request one step may run (prompt logprobs: every prompt row needs
+    /// its logits, so long prompts run in bounded chunks); `None`: no cap beyond the budget.
+    pub max_tokens_per_step: Option<usize>,
     /// Prompt tokens served from the prefix cache at first scheduling (for usage reporting).
     pub num_cached_tokens: Option<usize>,
     pub num_preemptions: usize,
@@ -88,6 +91,7 @@ impl Request {
             block_hashes: Vec::new(),
             cache_salt: None,
             skip_reading_prefix_cache: false,
+            max_tokens_per_step: None,
             num_cached_tokens: None,
             num_preemptions: 0,
             spec_token_ids: Vec::new(),

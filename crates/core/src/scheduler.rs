@@ -171,6 +171,7 @@ impl Scheduler {
             if threshold > 0 {
                 n = n.min(threshold);
             }
+            n = n.min(req.max_tokens_per_step.unwrap_or(usize::MAX));
             n = n.min(budget).min(self.config.max_model_len.saturating_sub(req.num_computed_tokens));
             if n == 0 {
                 i += 1;
@@ -224,6 +225,7 @@ impl Scheduler {
                 if threshold > 0 {
                     n = n.min(threshold);
                 }
+                n = n.min(req.max_tokens_per_step.unwrap_or(usize::MAX));
                 if !self.config.enable_chunked_prefill && n > budget {
                     break;
                 }

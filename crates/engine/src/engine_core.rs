@@ -36,6 +36,10 @@ pub struct EngineConfig {
     pub eos_token_id: Option<u32>,
     /// Extra EOS ids from generation_config.json: they stop generation unless `ignore_eos`.
     pub generation_eos_ids: Vec<u32>,
+    /// Logits memory one step may spend on a request's prompt logprobs (every prompt row needs
+    /// a vocabulary of logits): its prompt runs in chunks of `bytes / (4 · vocab)` rows, so a
+    /// long prompt neither holds that memory for good nor stalls the other requests for long.
+    pub prompt_logprobs_bytes_per_step: usize,
 }
 
 impl EngineConfig {
@@ -55,6 +59,7 @@ impl EngineConfig {
             kv_cache_dtype: KvDtype::F32,
             disable_hybrid_kv_cache_manager: false,
             speculative_config: None,
+            prompt_logprobs_bytes_per_step: 64 << 20,
             eos_token_id: None,
             generation_eos_ids: Vec::new(),
         }
@@ -212,6 +217,10 @@ impl EngineCore {
         req.priority = r.priority;
         req.cache_salt = r.cache_salt;
         req.skip_reading_prefix_cache = p.prompt_logprobs.is_some();
+        if p.prompt_logprobs.is_some() {
+            let row = 4 * self.model().info().vocab_size;
+            req.max_tokens_per_step = Some((self.config.prompt_logprobs_bytes_per_step / row).max(1));
+        }
         self.runner.add_request(&r.request_id, r.params, all_stop);
         self.scheduler.add_request(req);
         self.stats.record_gauges(&self.scheduler);

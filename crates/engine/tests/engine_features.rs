@@ -73,6 +73,14 @@ fn prompt_logprobs_cover_the_prompt_and_do_not_depend_on_chunking() {
         assert!(lp.rank >= 1 && lp.top.len() == 2);
     }
     assert_eq!(whole, chunked, "prompt logprobs, tokens and logprobs are chunking-invariant");
+    // Logits memory for prompt logprobs is capped per step: 4 rows here, so the 37-token prompt
+    // runs in 10 steps even with a large token budget, with the same output.
+    let mut c = core(|cfg| cfg.max_num_batched_tokens = 2048);
+    c.config.prompt_logprobs_bytes_per_step = 4 * 4 * c.model().info().vocab_size;
+    let params = SamplingParams { prompt_logprobs: Some(2), ..greedy(2) };
+    let capped = c.generate(vec![req("plp", p.clone(), params)]).unwrap().remove(0);
+    assert_eq!(capped, whole);
+    assert!(c.stats.num_steps >= 10 + 1, "prompt in chunks of 4 rows: {} steps", c.stats.num_steps);
 }
 
 #[test]
