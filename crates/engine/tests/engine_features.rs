@@ -80,7 +80,7 @@ fn prompt_logprobs_cover_the_prompt_and_do_not_depend_on_chunking() {
     let params = SamplingParams { prompt_logprobs: Some(2), ..greedy(2) };
     let capped = c.generate(vec![req("plp", p.clone(), params)]).unwrap().remove(0);
     assert_eq!(capped, whole);
-    assert!(c.stats.num_steps >= 10 + 1, "prompt in chunks of 4 rows: {} steps", c.stats.num_steps);
+    assert!(c.stats.num_steps > 10, "prompt in chunks of 4 rows: {} steps", c.stats.num_steps);
 }
 
 #[test]
