@@ -49,7 +49,10 @@ pub struct EngineArgs {
     /// Speculative decoding, as vLLM's flag takes it: JSON
     /// (`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`) or
     /// `key=value,...`. Methods: `ngram` (prompt lookup in the request's own tokens; no extra
-    /// weights). Greedy output is unchanged; sampled output keeps its distribution.
+    /// weights) and `draft_model` (`{"model": "DRAFT", "num_speculative_tokens": 4}`: a smaller
+    /// model of the same family proposes greedily; it shares the target's KV block ids and
+    /// takes its own share of the KV memory). Greedy output is unchanged; sampled output keeps
+    /// its distribution.
     /// `disable_by_batch_size: N` proposes no drafts while more than N requests run.
     #[arg(long, value_parser = SpeculativeConfig::parse)]
     pub speculative_config: Option<SpeculativeConfig>,

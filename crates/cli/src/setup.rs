@@ -184,7 +184,11 @@ fn load_generate(
     cfg.disable_hybrid_kv_cache_manager = args.disable_hybrid_kv_cache_manager;
     cfg.speculative_config = args.speculative_config.clone();
     let layout = kv_cache_layout(lm.model.as_ref(), block_size, !cfg.disable_hybrid_kv_cache_manager);
-    let per_block = kv_bytes_per_block(&layout, kv_dtype);
+    let draft = load_draft(args)?;
+    // A draft model keeps its own K/V for every block id the target has.
+    let draft_per_block =
+        draft.as_ref().map_or(0, |d| kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype));
+    let per_block = kv_bytes_per_block(&layout, kv_dtype) + draft_per_block;
     let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;
     cfg.num_blocks = match args.num_gpu_blocks_override {
         Some(n) => n,
@@ -229,7 +233,7 @@ fn load_generate(
     if let Some(g) = &generation {
         cfg.generation_eos_ids = g.eos_token_ids.clone();
     }
-    let core = EngineCore::new(lm.model, cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let core = EngineCore::with_draft(lm.model, draft, cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let packed = vllm_rs_kernels::packed::packed_bytes();
     if packed > 0 {
         info!(
@@ -248,6 +252,18 @@ fn load_generate(
         max_logprobs: args.max_logprobs,
         default_seed: args.seed,
     })
+}
+
+/// The draft model of `--speculative-config` (method `draft_model`), resolved like `--model`.
+fn load_draft(args: &EngineArgs) -> Result<Option<Box<dyn vllm_rs_models::Model>>> {
+    let Some(name) = args.speculative_config.as_ref().filter(|c| c.is_draft_model()).and_then(|c| c.model.as_deref())
+    else {
+        return Ok(None);
+    };
+    let resolved = resolve(Some(name), args).context("--speculative-config model")?;
+    info!("draft model: {}", resolved.description);
+    let lm = vllm_rs_models::load(&resolved.path).map_err(|e| anyhow::anyhow!("draft model: {e}"))?;
+    Ok(Some(lm.model))
 }
 
 /// The model as `--model`, `--revision` and `--download-dir` name it.

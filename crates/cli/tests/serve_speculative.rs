@@ -1,5 +1,5 @@
-//! `serve --speculative-config`: n-gram drafts through the HTTP server give the same greedy text
-//! as the server without them, and `/metrics` counts drafts and accepted tokens under vLLM's
+//! `serve --speculative-config`: n-gram drafts and a draft model through the HTTP server give
+//! the same greedy text as the server without them, and `/metrics` counts drafts and accepted tokens under vLLM's
 //! names; a bad config stops start-up with a message saying what to fix.
 
 mod common;
@@ -32,6 +32,18 @@ fn ngram_speculation_through_the_server() {
 }
 
 #[test]
+fn draft_model_speculation_through_the_server() {
+    let want = completion(&Server::start(&[]));
+    let draft = vllm_rs_testutil::hf_dir("smollm2").to_string_lossy().into_owned();
+    let spec = json!({"model": draft, "num_speculative_tokens": 3}).to_string();
+    let s = Server::start(&["--speculative-config", &spec]);
+    assert_eq!(completion(&s), want, "a draft model changed the greedy text");
+    let accepted = s.metric("vllm:spec_decode_num_accepted_tokens_total");
+    assert!(accepted > 0.0 && accepted <= s.metric("vllm:spec_decode_num_draft_tokens_total"));
+    assert!(s.log().contains("draft model:"), "the draft is named in the log");
+}
+
+#[test]
 fn a_bad_speculative_config_is_refused_at_start_up() {
     let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
         .args(["serve", "--speculative-config", r#"{"method": "eagle3", "num_speculative_tokens": 3}"#])
@@ -39,5 +51,5 @@ fn a_bad_speculative_config_is_refused_at_start_up() {
         .expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not implemented yet; available: ngram"), "{err}");
+    assert!(err.contains("not implemented yet; available: ngram, draft_model"), "{err}");
 }

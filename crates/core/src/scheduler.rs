@@ -33,6 +33,9 @@ pub struct SchedulerConfig {
     pub policy: SchedulingPolicy,
     /// The model's KV cache groups.
     pub kv_cache_layout: KvCacheLayout,
+    /// Slots reserved past a request's scheduled tokens (vLLM's `num_lookahead_tokens`): a
+    /// draft model writes its proposals' K/V there at the end of the step.
+    pub num_lookahead_tokens: usize,
 }
 
 /// One request's part of a step, as the runner needs it: full data the first time (and after
@@ -179,7 +182,7 @@ impl Scheduler {
             }
             let mut scheduled = false;
             loop {
-                if self.kv.allocate_slots(&self.requests[&id], n, &[]) {
+                if self.kv.allocate_slots(&self.requests[&id], n + self.config.num_lookahead_tokens, &[]) {
                     scheduled = true;
                     break;
                 }
@@ -230,7 +233,7 @@ impl Scheduler {
                     break;
                 }
                 n = n.min(budget);
-                if !self.kv.allocate_slots(req, n, &hit_blocks) {
+                if !self.kv.allocate_slots(req, n + self.config.num_lookahead_tokens, &hit_blocks) {
                     break;
                 }
                 self.waiting.pop_front();

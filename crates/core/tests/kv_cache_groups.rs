@@ -16,6 +16,7 @@ const STATE: KvCacheSpec = KvCacheSpec::Recurrent { state_elements: 4096 };
 
 fn config(specs: &[KvCacheSpec], num_blocks: usize, budget: usize) -> SchedulerConfig {
     SchedulerConfig {
+        num_lookahead_tokens: 0,
         max_num_seqs: 8,
         max_num_batched_tokens: budget,
         max_model_len: 1024,

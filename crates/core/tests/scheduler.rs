@@ -7,6 +7,7 @@ use vllm_rs_core::*;
 
 fn config(num_blocks: usize, budget: usize) -> SchedulerConfig {
     SchedulerConfig {
+        num_lookahead_tokens: 0,
         max_num_seqs: 16,
         max_num_batched_tokens: budget,
         max_model_len: 1024,

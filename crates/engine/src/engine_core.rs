@@ -1,6 +1,7 @@
 //! The engine core: scheduler + model runner, stepped by its owner (the engine thread, or a
 //! caller running an offline batch). No locks, no awaiting: one step is schedule → run → update.
 
+use crate::draft_model::Drafter;
 use crate::runner::ModelRunner;
 use crate::sampler::TokenLogprobs;
 use crate::sampling_params::{LogprobsMode, ParamError, SamplingParams};
@@ -64,6 +65,27 @@ impl EngineConfig {
             generation_eos_ids: Vec::new(),
         }
     }
+}
+
+/// The KV cache group whose block tables a draft model shares: one of full attention (a
+/// window's blocks are freed as it moves, the draft attends over everything). The draft must
+/// speak the target's vocabulary.
+fn draft_group(target: &dyn Model, draft: &dyn Model, layout: &KvCacheLayout) -> Result<usize, EngineError> {
+    let (t, d) = (target.info(), draft.info());
+    if t.vocab_size != d.vocab_size {
+        return Err(EngineError::InvalidRequest(format!(
+            "draft_model: the draft's vocabulary ({} tokens, {}) differs from the target's ({}, {}); use a draft \
+             of the same family",
+            d.vocab_size, d.architecture, t.vocab_size, t.architecture
+        )));
+    }
+    layout.groups.iter().position(|g| matches!(g.spec, KvCacheSpec::FullAttention { .. })).ok_or_else(|| {
+        EngineError::InvalidRequest(
+            "draft_model: the target has no full-attention layers whose block tables the draft can share; \
+             add --disable-hybrid-kv-cache-manager"
+                .into(),
+        )
+    })
 }
 
 /// How the model's layers group into KV cache groups with blocks of `block_size` tokens
@@ -140,6 +162,15 @@ pub struct EngineCore {
 
 impl EngineCore {
     pub fn new(model: Box<dyn Model>, config: EngineConfig) -> Result<Self, EngineError> {
+        Self::with_draft(model, None, config)
+    }
+
+    /// An engine whose `draft_model` speculative decoding proposes with `draft`.
+    pub fn with_draft(
+        model: Box<dyn Model>,
+        draft: Option<Box<dyn Model>>,
+        config: EngineConfig,
+    ) -> Result<Self, EngineError> {
         let layout = kv_cache_layout(model.as_ref(), config.block_size, !config.disable_hybrid_kv_cache_manager);
         if let Some(g) = layout
             .groups
@@ -168,8 +199,24 @@ impl EngineCore {
             long_prefill_token_threshold: config.long_prefill_token_threshold,
             policy: config.policy,
             kv_cache_layout: layout.clone(),
+            num_lookahead_tokens: match &config.speculative_config {
+                Some(c) if c.is_draft_model() => c.num_speculative_tokens,
+                _ => 0,
+            },
         });
-        let runner = ModelRunner::new(model, &config, &layout);
+        let mut runner = ModelRunner::new(model, &config, &layout);
+        if let Some(c) = config.speculative_config.as_ref().filter(|c| c.is_draft_model()) {
+            let draft = draft.ok_or_else(|| EngineError::InvalidRequest("draft_model: no draft model given".into()))?;
+            let group = draft_group(runner.model.as_ref(), draft.as_ref(), &layout)?;
+            let d = Drafter::new(
+                draft,
+                c.num_speculative_tokens,
+                config.num_blocks,
+                config.block_size,
+                config.kv_cache_dtype,
+            );
+            runner.set_drafter(d, group);
+        }
         let stats = EngineStats { spec_decode_enabled: config.speculative_config.is_some(), ..Default::default() };
         Ok(EngineCore { config, scheduler, runner, stats })
     }

@@ -1,5 +1,6 @@
 //! The engine: scheduler + model runner + sampler, stepped on its own thread.
 
+pub mod draft_model;
 pub mod engine_core;
 pub mod handle;
 pub mod pooling_runner;

@@ -1,5 +1,6 @@
 //! The model runner: flattens a scheduled step into one batch, runs the model once, samples.
 
+use crate::draft_model::{DraftJob, Drafter};
 use crate::engine_core::EngineConfig;
 use crate::sampler::{self, SampleContext, TokenLogprobs};
 use crate::sampling_params::{LogprobsMode, SamplingParams};
@@ -67,6 +68,8 @@ pub struct ModelRunner {
     logprobs_mode: LogprobsMode,
     num_kv_groups: usize,
     speculative: Option<SpeculativeConfig>,
+    /// The draft model and the KV cache group whose block tables it shares (`draft_model`).
+    drafter: Option<(Drafter, usize)>,
     max_model_len: usize,
     /// The flat batch of the last step (kept for its allocations).
     batch: FlatBatch,
@@ -122,6 +125,7 @@ impl ModelRunner {
             logprobs_mode: c.logprobs_mode,
             num_kv_groups: layout.groups.len(),
             speculative: c.speculative_config.clone(),
+            drafter: None,
             max_model_len: c.max_model_len,
             batch: FlatBatch::default(),
             workspace: Workspace::default(),
@@ -151,6 +155,14 @@ impl ModelRunner {
 
     pub fn remove_request(&mut self, id: &str) {
         self.states.remove(id);
+        if let Some((d, _)) = &mut self.drafter {
+            d.remove(id);
+        }
+    }
+
+    /// Proposes drafts with `drafter`, over the block tables of KV cache group `group`.
+    pub fn set_drafter(&mut self, drafter: Drafter, group: usize) {
+        self.drafter = Some((drafter, group));
     }
 
     pub fn num_requests(&self) -> usize {
@@ -165,6 +177,11 @@ impl ModelRunner {
         for (si, s) in out.scheduled.iter().enumerate() {
             let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
             state.apply(s);
+            if let Some((d, _)) = &mut self.drafter
+                && (s.new_prompt_token_ids.is_some() || s.resumed_from_preemption)
+            {
+                d.reset(&s.request_id); // new blocks: the draft cache holds nothing of it
+            }
             let start_row = b.input_ids.len();
             let (start, n) = (s.num_computed_tokens, s.num_scheduled_tokens);
             b.query_start_loc.push(start_row);
@@ -278,6 +295,7 @@ impl ModelRunner {
         // Drafts for the next step, unless the batch is too large for them to pay.
         let spec =
             self.speculative.as_ref().filter(|c| c.disable_by_batch_size.is_none_or(|m| out.scheduled.len() <= m));
+        let mut draft_jobs = Vec::new();
         for job in jobs {
             let (si, _, state, sampled) = job.into_inner().unwrap_or_else(|e| e.into_inner());
             let r = &mut results[si];
@@ -294,7 +312,30 @@ impl ModelRunner {
                 // Never past max_tokens or the context: the last token of either is the model's.
                 let left = state.params.max_tokens.saturating_sub(state.token_ids.len() - state.prompt_len);
                 let room = self.max_model_len.saturating_sub(state.token_ids.len());
-                r.spec_token_ids = c.propose(&state.token_ids, left.min(room).saturating_sub(1));
+                let limit = left.min(room).saturating_sub(1);
+                match &self.drafter {
+                    Some(_) => draft_jobs.push((si, limit)),
+                    None => r.spec_token_ids = c.propose(&state.token_ids, limit),
+                }
+            }
+        }
+        if let Some((drafter, group)) = &mut self.drafter
+            && !draft_jobs.is_empty()
+        {
+            let jobs: Vec<DraftJob> = draft_jobs
+                .iter()
+                .map(|&(si, limit)| {
+                    let st = &self.states[&out.scheduled[si].request_id];
+                    DraftJob {
+                        request_id: &out.scheduled[si].request_id,
+                        tokens: &st.token_ids,
+                        block_table: &st.block_ids[*group],
+                        limit,
+                    }
+                })
+                .collect();
+            for ((si, _), d) in draft_jobs.iter().zip(drafter.propose(&jobs)) {
+                results[*si].spec_token_ids = d;
             }
         }
         results

@@ -1,7 +1,7 @@
 //! Speculative decoding: `--speculative-config` as vLLM takes it, and the n-gram proposer
-//! (prompt lookup). Drafts are verified by the target model in the next step; the runner
-//! returns the accepted drafts plus the model's own next token (see
-//! [`crate::sampler::sample_checking_draft`]).
+//! (prompt lookup); the draft-model proposer is in `draft_model.rs`. Drafts are verified by the
+//! target model in the next step; the runner returns the accepted drafts plus the model's own
+//! next token (see [`crate::sampler::sample_checking_draft`]).
 
 use serde::Deserialize;
 
@@ -9,8 +9,13 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeConfig {
-    /// `ngram` (prompt lookup, no extra weights).
+    /// `ngram` (prompt lookup, no extra weights) or `draft_model` (a smaller model with the
+    /// same vocabulary); absent with a `model`, `draft_model` (vLLM's inference).
+    #[serde(default)]
     pub method: String,
+    /// The draft model (`draft_model`): a local folder, GGUF file, catalog name or repo id.
+    #[serde(default)]
+    pub model: Option<String>,
     /// Draft tokens proposed per step.
     pub num_speculative_tokens: usize,
     /// Shortest and longest suffix n-gram looked up in the request's own tokens.
@@ -50,18 +55,24 @@ impl SpeculativeConfig {
             }
             map.into()
         };
-        let c: SpeculativeConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        let mut c: SpeculativeConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+        if c.method.is_empty() && c.model.is_some() {
+            c.method = "draft_model".into();
+        }
         c.validate()?;
         Ok(c)
     }
 
     fn validate(&self) -> Result<(), String> {
-        match self.method.as_str() {
-            "ngram" => {}
-            "draft_model" | "eagle" | "eagle3" | "mtp" | "medusa" | "mlp_speculator" | "suffix" => {
-                return Err(format!("method {:?} is not implemented yet; available: ngram", self.method));
+        match (self.method.as_str(), &self.model) {
+            ("ngram", None) | ("draft_model", Some(_)) => {}
+            ("ngram", Some(_)) => return Err("method \"ngram\" takes no model (drop \"model\")".into()),
+            ("draft_model", None) => return Err("method \"draft_model\" needs \"model\": the draft model".into()),
+            ("", None) => return Err("give \"method\" (ngram) or a draft \"model\"".into()),
+            ("eagle" | "eagle3" | "mtp" | "medusa" | "mlp_speculator" | "suffix", _) => {
+                return Err(format!("method {:?} is not implemented yet; available: ngram, draft_model", self.method));
             }
-            m => return Err(format!("unknown method {m:?}; available: ngram")),
+            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model")),
         }
         if !(1..=MAX_SPECULATIVE_TOKENS).contains(&self.num_speculative_tokens) {
             return Err(format!(
@@ -78,7 +89,11 @@ impl SpeculativeConfig {
         Ok(())
     }
 
-    /// Drafts for a request whose tokens so far are `tokens`, at most `limit` of them.
+    pub fn is_draft_model(&self) -> bool {
+        self.method == "draft_model"
+    }
+
+    /// N-gram drafts for a request whose tokens so far are `tokens`, at most `limit` of them.
     pub fn propose(&self, tokens: &[u32], limit: usize) -> Vec<u32> {
         propose_ngram(tokens, self.num_speculative_tokens.min(limit), self.prompt_lookup_min, self.prompt_lookup_max)
     }
@@ -125,11 +140,16 @@ mod tests {
         let b = SpeculativeConfig::parse("method=ngram, num_speculative_tokens=4, prompt_lookup_max=3").unwrap();
         assert_eq!(a, b);
         assert_eq!((a.prompt_lookup_min, a.disable_by_batch_size), (1, None));
+        let d = SpeculativeConfig::parse(r#"{"model": "qwen05", "num_speculative_tokens": 3}"#).unwrap();
+        assert!(d.is_draft_model() && d.model.as_deref() == Some("qwen05"));
         for (bad, says) in [
             (r#"{"method": "ngram", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "ngram", "num_speculative_tokens": 100}"#, "between 1 and"),
             (r#"{"method": "lookahead", "num_speculative_tokens": 2}"#, "unknown method"),
             (r#"{"method": "eagle3", "num_speculative_tokens": 2}"#, "not implemented"),
+            (r#"{"method": "draft_model", "num_speculative_tokens": 2}"#, "needs \"model\""),
+            (r#"{"method": "ngram", "model": "m", "num_speculative_tokens": 2}"#, "takes no model"),
+            (r#"{"num_speculative_tokens": 2}"#, "give \"method\""),
             (r#"{"method": "ngram", "num_speculative_tokens": 2, "colour": 1}"#, "unknown field"),
             (
                 r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}"#,

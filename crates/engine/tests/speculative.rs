@@ -1,17 +1,23 @@
-//! Speculative decoding with n-gram drafts on the real SmolLM2: greedy output is token for
-//! token the output without speculation, alone and in a batch of 32 (with a token budget that
-//! cuts drafts), drafts really are accepted (else this would test nothing), rejected drafts
-//! leave no trace (every block returns), and logprobs come one per token.
+//! Speculative decoding with n-gram drafts and with a draft model on the real SmolLM2: greedy
+//! output is token for token the output without speculation, alone and in a batch of 32 (with a
+//! token budget that cuts drafts), drafts really are accepted (else this would test nothing),
+//! rejected drafts leave no trace (every block returns), and logprobs come one per token.
 
 use vllm_rs_engine::{EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig};
-use vllm_rs_testutil::{gguf_path, golden};
+use vllm_rs_testutil::{gguf_path, golden, hf_dir};
 
 fn engine(spec: Option<&str>, budget: usize) -> EngineCore {
+    engine_with(spec, budget, None, 1024 / 16 * 40)
+}
+
+/// The SmolLM2 GGUF as target; `draft`: a model file/folder for `draft_model`.
+fn engine_with(spec: Option<&str>, budget: usize, draft: Option<&std::path::Path>, blocks: usize) -> EngineCore {
     let lm = vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads");
-    let mut cfg = EngineConfig::new(1024, 1024 / 16 * 40);
+    let mut cfg = EngineConfig::new(1024, blocks);
     cfg.max_num_batched_tokens = budget;
     cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
-    EngineCore::new(lm.model, cfg).expect("engine")
+    let draft = draft.map(|d| vllm_rs_models::load(d).expect("draft loads").model);
+    EngineCore::with_draft(lm.model, draft, cfg).expect("engine")
 }
 
 /// Prompts that invite copying: each golden prompt twice over, so the model's continuation
@@ -104,4 +110,63 @@ fn no_drafts_above_the_batch_size_cut() {
     };
     assert_eq!(drafts(4), 0);
     assert!(drafts(16) > 0);
+}
+
+/// The target as its own draft: greedy drafts are exactly what the target samples (the draft's
+/// cache, kept across steps, must then hold exactly the request's tokens), so every draft is
+/// accepted, and the output is the plain one.
+#[test]
+fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
+    let prompts = prompts();
+    let want = run(&mut engine(None, 2048), &prompts, 4, true);
+    let spec = r#"{"model": "self", "num_speculative_tokens": 3}"#;
+    let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40);
+    let got = run(&mut core, &prompts, 4, true);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.token_ids, w.token_ids);
+        assert_eq!(g.logprobs.len(), w.token_ids.len());
+    }
+    let s = &core.stats;
+    assert!(s.spec_decode_num_draft_tokens > 60, "{} draft tokens", s.spec_decode_num_draft_tokens);
+    assert_eq!(s.spec_decode_num_accepted_tokens, s.spec_decode_num_draft_tokens, "every draft accepted");
+    let pool = &core.scheduler.kv.pool;
+    assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
+}
+
+/// A draft that differs from the target (the same model rounded to bf16, an HF folder): most
+/// drafts accepted, some rejected; greedy output unchanged in a batch of 32 with a budget that
+/// cuts drafts and a cache small enough to preempt (resumed requests recompute the draft's cache).
+#[test]
+fn a_different_draft_model_keeps_greedy_output_exact_under_preemption() {
+    let prompts = prompts();
+    let want = run(&mut engine(None, 2048), &prompts, 32, false);
+    let spec = r#"{"method": "draft_model", "model": "smollm2-bf16", "num_speculative_tokens": 4}"#;
+    let mut core = engine_with(Some(spec), 96, Some(&hf_dir("smollm2")), 80);
+    let got = run(&mut core, &prompts, 32, false);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.token_ids, w.token_ids, "request {i}");
+    }
+    let s = &core.stats;
+    eprintln!(
+        "draft model: {} drafts, {} draft tokens, {} accepted, {} preemptions",
+        s.spec_decode_num_drafts,
+        s.spec_decode_num_draft_tokens,
+        s.spec_decode_num_accepted_tokens,
+        s.num_preemptions_total
+    );
+    assert!(s.num_preemptions_total > 0, "the small cache must preempt for this test to cover it");
+    assert!(s.spec_decode_num_accepted_tokens * 2 > s.spec_decode_num_draft_tokens, "most drafts accepted");
+    assert!(s.spec_decode_num_accepted_tokens < s.spec_decode_num_draft_tokens, "some rejected");
+    let pool = &core.scheduler.kv.pool;
+    assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
+}
+
+#[test]
+fn a_draft_with_another_vocabulary_is_refused() {
+    let lm = vllm_rs_models::load(&gguf_path("smollm2")).unwrap();
+    let draft = vllm_rs_models::load(&gguf_path("qwen05")).unwrap();
+    let mut cfg = EngineConfig::new(1024, 1024);
+    cfg.speculative_config = Some(SpeculativeConfig::parse(r#"{"model": "q", "num_speculative_tokens": 2}"#).unwrap());
+    let e = EngineCore::with_draft(lm.model, Some(draft.model), cfg).err().expect("refused");
+    assert!(e.to_string().contains("vocabulary"), "{e}");
 }

@@ -1,0 +1,154 @@
+//! The draft-model proposer (`--speculative-config '{"model": DRAFT, ...}'`): a smaller model
+//! with the same vocabulary proposes `k` tokens per request by greedy decoding; the target
+//! verifies them in its next step.
+//!
+//! As in vLLM, the draft keeps its own K/V tensors but uses the target's block tables (of a
+//! full-attention group): the scheduler reserves `k` lookahead slots past each request's
+//! scheduled tokens, where the draft writes its proposals' K/V. Per request the draft knows
+//! how many positions of its cache hold the request's real tokens; proposals that the target
+//! rejected are recomputed, accepted ones are kept.
+
+use std::collections::HashMap;
+use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
+use vllm_rs_models::{ForwardBatch, GroupBatch, Model, Workspace};
+
+/// What the draft cache holds for one request.
+#[derive(Default)]
+struct DraftState {
+    /// Positions `0..computed` hold the request's tokens.
+    computed: usize,
+    /// Draft tokens fed at positions `computed..` (valid as far as they match the real tokens).
+    fed: Vec<u32>,
+}
+
+/// One request to propose for: its tokens so far, its block table, and at most how many drafts.
+pub struct DraftJob<'a> {
+    pub request_id: &'a str,
+    pub tokens: &'a [u32],
+    pub block_table: &'a [u32],
+    pub limit: usize,
+}
+
+pub struct Drafter {
+    model: Box<dyn Model>,
+    kv: KvCache,
+    ws: Workspace,
+    logits: Vec<f32>,
+    k: usize,
+    states: HashMap<String, DraftState>,
+}
+
+/// One draft forward's inputs, reused between rounds.
+#[derive(Default)]
+struct Round {
+    ids: Vec<u32>,
+    positions: Vec<u32>,
+    slots: Vec<usize>,
+    /// Per request in the round: (job index, first row, rows, sequence length).
+    seqs: Vec<(usize, usize, usize, usize)>,
+    last_rows: Vec<usize>,
+}
+
+impl Drafter {
+    /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids).
+    pub fn new(model: Box<dyn Model>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+        let i = model.info();
+        let kv = KvCache::new(i.num_layers, num_blocks, block_size, i.num_kv_heads, i.head_dim, dtype);
+        Drafter { model, kv, ws: Workspace::default(), logits: Vec::new(), k, states: HashMap::new() }
+    }
+
+    /// Forgets what the cache holds for a request (new, or resumed with new blocks).
+    pub fn reset(&mut self, request_id: &str) {
+        self.states.insert(request_id.to_string(), DraftState::default());
+    }
+
+    pub fn remove(&mut self, request_id: &str) {
+        self.states.remove(request_id);
+    }
+
+    /// Greedy drafts for each job (at most `min(k, limit)` each), in job order.
+    pub fn propose(&mut self, jobs: &[DraftJob]) -> Vec<Vec<u32>> {
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
+        let mut round = Round::default();
+        // Round 1: every token the cache lacks (the catch-up), then the next token's logits.
+        for (j, job) in jobs.iter().enumerate().filter(|(_, job)| job.limit > 0) {
+            let st = self.states.entry(job.request_id.to_string()).or_default();
+            let len = job.tokens.len();
+            let start = st.computed.min(len);
+            let matched = st.fed.iter().zip(&job.tokens[start..]).take_while(|(a, b)| a == b).count();
+            let valid = (start + matched).min(len - 1);
+            round.push(j, &job.tokens[valid..], valid, job.block_table, self.kv.block_size);
+        }
+        let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
+        for r in 0..width {
+            if round.seqs.is_empty() {
+                break;
+            }
+            let next = self.run(&round, jobs);
+            let mut following = Round::default();
+            for (&(j, _, _, seq_len), tok) in round.seqs.iter().zip(next) {
+                drafts[j].push(tok);
+                if drafts[j].len() < self.k.min(jobs[j].limit) && r + 1 < width {
+                    following.push(j, &[tok], seq_len, jobs[j].block_table, self.kv.block_size);
+                }
+            }
+            round = following;
+        }
+        for (job, d) in jobs.iter().zip(&drafts) {
+            if let Some(st) = self.states.get_mut(job.request_id).filter(|_| !d.is_empty()) {
+                // The real tokens are in; every draft but the last was fed after them.
+                st.computed = job.tokens.len();
+                st.fed = d[..d.len() - 1].to_vec();
+            }
+        }
+        drafts
+    }
+
+    /// One draft forward over the round; the argmax token of each request's last row.
+    fn run(&mut self, round: &Round, jobs: &[DraftJob]) -> Vec<u32> {
+        let seqs = round
+            .seqs
+            .iter()
+            .map(|&(j, start, rows, seq_len)| SeqAttention {
+                query_start: start,
+                query_len: rows,
+                seq_len,
+                block_table: jobs[j].block_table,
+            })
+            .collect();
+        let batch = ForwardBatch {
+            input_ids: &round.ids,
+            positions: &round.positions,
+            groups: vec![GroupBatch { slot_mapping: &round.slots, seqs }],
+            logits_indices: &round.last_rows,
+        };
+        self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits);
+        let vocab = self.model.info().vocab_size;
+        self.logits.chunks_exact(vocab).map(argmax).collect()
+    }
+}
+
+impl Round {
+    /// Adds job `j`'s tokens at positions `first..`, attending over `first + tokens.len()`.
+    fn push(&mut self, j: usize, tokens: &[u32], first: usize, table: &[u32], bs: usize) {
+        let start = self.ids.len();
+        self.ids.extend_from_slice(tokens);
+        for p in first..first + tokens.len() {
+            self.positions.push(p as u32);
+            self.slots.push(table[p / bs] as usize * bs + p % bs);
+        }
+        self.seqs.push((j, start, tokens.len(), first + tokens.len()));
+        self.last_rows.push(start + tokens.len() - 1);
+    }
+}
+
+/// The first index of the largest value.
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
