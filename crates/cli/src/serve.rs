@@ -101,6 +101,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
     pub max_request_body_bytes: u64,
 
+    /// Bytes all request bodies being read and parsed may hold at once; past it a request gets
+    /// 503 (retry later) instead of taking the memory others need (0: no limit).
+    #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
+    pub max_request_bytes_in_flight: u64,
+
     /// Close a connection that has not sent a complete request head this many seconds after it
     /// opened or after its previous response: idle keep-alive connections, and clients that
     /// never finish their headers (uvicorn's flag; 0: never).
@@ -142,6 +147,13 @@ fn seconds(secs: u64) -> Option<Duration> {
 }
 
 pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
+    if a.max_request_bytes_in_flight > 0 && a.max_request_bytes_in_flight < a.max_request_body_bytes {
+        anyhow::bail!(
+            "--max-request-bytes-in-flight ({}) must be at least --max-request-body-bytes ({}), or no body that large could ever be read",
+            a.max_request_bytes_in_flight,
+            a.max_request_body_bytes
+        );
+    }
     let model_arg = a.model.clone().or_else(|| a.model_flag.clone());
     let shown = model_arg.clone().unwrap_or_else(|| vllm_rs_hub::DEFAULT_MODEL.to_string());
     let served_model_names =
@@ -173,6 +185,7 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
             max_prompt_chars: a.max_prompt_chars,
             max_new_tokens: a.max_new_tokens,
             max_body_bytes: usize::try_from(a.max_request_body_bytes).unwrap_or(usize::MAX),
+            max_body_bytes_in_flight: usize::try_from(a.max_request_bytes_in_flight).unwrap_or(usize::MAX),
         },
         connections: ConnectionLimits {
             keep_alive_timeout: seconds(a.timeout_keep_alive),

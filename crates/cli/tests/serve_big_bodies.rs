@@ -63,3 +63,35 @@ fn a_31_mib_token_id_prompt_costs_little_memory_and_does_not_stall_other_routes(
     assert!(grown < 600 << 20, "peak RSS grew by {} MiB for two 31 MiB bodies", grown >> 20);
     assert!(worst_health < Duration::from_millis(1500), "/health took {worst_health:?} while bodies were parsed");
 }
+
+/// Bodies read at once share `--max-request-bytes-in-flight`: while one slow client holds most
+/// of it, another large body gets 503 at once (small ones still pass); once the first is in,
+/// the budget is back.
+#[test]
+fn large_bodies_in_flight_share_one_budget() {
+    use std::io::{Read, Write};
+    let s = Server::start(&["--max-request-body-bytes", "1MiB", "--max-request-bytes-in-flight", "1MiB"]);
+    let big = format!(r#"{{"prompt": "{}"}}"#, "a ".repeat(350 << 10));
+    // A client that declares the big body and sends only its first half, then waits.
+    let mut slow = std::net::TcpStream::connect(&s.addr).unwrap();
+    let head = format!(
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        big.len()
+    );
+    slow.write_all(head.as_bytes()).unwrap();
+    slow.write_all(&big.as_bytes()[..big.len() / 2]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let json = [("Content-Type", "application/json")];
+    let (status, text) = s.post_raw("/tokenize", &big, &json);
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("max-request-bytes-in-flight"), "{text}");
+    assert_eq!(s.post_raw("/tokenize", r#"{"prompt": "small"}"#, &json).0, 200);
+    // The slow client finishes: its answer comes, and its share is given back.
+    slow.write_all(&big.as_bytes()[big.len() / 2..]).unwrap();
+    let mut answer = [0u8; 12];
+    slow.read_exact(&mut answer).unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(s.post_raw("/tokenize", &big, &json).0, 200);
+}

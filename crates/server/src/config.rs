@@ -103,10 +103,17 @@ pub struct Limits {
     pub max_new_tokens: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// Bytes all request bodies being read or parsed may hold together (0: no limit).
+    pub max_body_bytes_in_flight: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_prompt_chars: 1 << 20, max_new_tokens: 0, max_body_bytes: 32 << 20 }
+        Limits {
+            max_prompt_chars: 1 << 20,
+            max_new_tokens: 0,
+            max_body_bytes: 32 << 20,
+            max_body_bytes_in_flight: 256 << 20,
+        }
     }
 }

@@ -13,8 +13,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 /// How a body may be read.
 #[derive(Clone, Debug)]
@@ -23,6 +24,22 @@ pub struct BodyLimits {
     pub max_bytes: usize,
     /// The whole body must have arrived this long after the request head (`None`: no limit).
     pub timeout: Option<Duration>,
+    /// Bytes all bodies being read or parsed may hold together, one permit a byte (`None`: no
+    /// limit): many large bodies at once get 503 instead of taking the memory of the others.
+    pub in_flight: Option<Arc<Semaphore>>,
+}
+
+/// A request body's bytes and its share of the in-flight budget, given back when dropped.
+pub struct BodyBytes {
+    pub bytes: Vec<u8>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl std::ops::Deref for BodyBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// The body's bytes, after the media-type check. Ends early with 503 when the server starts to
@@ -32,7 +49,7 @@ pub async fn read_json_bytes(
     body: Body,
     limits: &BodyLimits,
     mut shutdown: watch::Receiver<bool>,
-) -> ApiResult<Vec<u8>> {
+) -> ApiResult<BodyBytes> {
     let media_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -47,7 +64,7 @@ pub async fn read_json_bytes(
     }
     let limit = if limits.max_bytes == 0 { usize::MAX } else { limits.max_bytes };
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-    let read = read_limited(body, limit, declared);
+    let read = read_limited(body, limit, declared, limits.in_flight.clone());
     let timed = async {
         match limits.timeout {
             Some(t) => tokio::time::timeout(t, read).await.map_err(|_| ApiError::body_timeout(t))?,
@@ -66,25 +83,76 @@ pub async fn read_json_bytes(
 /// it is read; one that turns out larger is cut off (the connection closes).
 const DRAIN_CAP: usize = 64 << 20;
 
-/// The whole body if it is at most `limit` bytes; otherwise 413 once it has been drained.
-async fn read_limited(body: Body, limit: usize, declared: Option<u64>) -> ApiResult<Vec<u8>> {
+/// The whole body if it is at most `limit` bytes; otherwise 413 once it has been drained. Each
+/// byte kept takes a permit of `budget` (503 when none are left).
+async fn read_limited(
+    body: Body,
+    limit: usize,
+    declared: Option<u64>,
+    budget: Option<Arc<Semaphore>>,
+) -> ApiResult<BodyBytes> {
     use futures_util::StreamExt;
     if declared.is_some_and(|n| n > limit as u64 && n > DRAIN_CAP as u64) {
         return Err(ApiError::too_large(limit));
     }
     let mut stream = body.into_data_stream();
     let expected = declared.map_or(0, |n| n.min(limit as u64) as usize);
-    let (mut bytes, mut seen) = (Vec::with_capacity(expected), 0usize);
+    // A body refused for want of budget is drained like one over the limit, then answered.
+    let (mut permit, mut refused) = match take_budget(&budget, expected, None) {
+        Ok(p) => (p, None),
+        Err(e) => (None, Some(e)),
+    };
+    let mut bytes = Vec::with_capacity(if refused.is_some() { 0 } else { expected });
+    let mut seen = 0usize;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ApiError::schema("", format!("Could not read the request body: {e}")))?;
         seen = seen.saturating_add(chunk.len());
-        if seen <= limit {
+        if seen <= limit && refused.is_none() {
+            let more = (bytes.len() + chunk.len()).saturating_sub(expected.max(bytes.len()));
+            match take_budget(&budget, more, permit.take()) {
+                Ok(p) => permit = p,
+                Err(e) => {
+                    refused = Some(e);
+                    bytes = Vec::new();
+                    continue;
+                }
+            }
             bytes.extend_from_slice(&chunk);
         } else if seen > DRAIN_CAP.max(limit) {
             break;
         }
     }
-    if seen > limit { Err(ApiError::too_large(limit)) } else { Ok(bytes) }
+    match refused {
+        _ if seen > limit => Err(ApiError::too_large(limit)),
+        Some(e) => Err(e),
+        None => Ok(BodyBytes { bytes, _permit: permit }),
+    }
+}
+
+/// Adds `n` bytes to what `held` holds of the budget, or 503 if the budget is spent.
+fn take_budget(
+    budget: &Option<Arc<Semaphore>>,
+    n: usize,
+    held: Option<OwnedSemaphorePermit>,
+) -> ApiResult<Option<OwnedSemaphorePermit>> {
+    let Some(b) = budget else { return Ok(None) };
+    if n == 0 {
+        return Ok(held);
+    }
+    let more = u32::try_from(n).ok().and_then(|n| b.clone().try_acquire_many_owned(n).ok()).ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailableError",
+            "The server is reading too many large request bodies at once (see --max-request-bytes-in-flight); retry shortly.",
+        )
+    })?;
+    Ok(Some(match held {
+        Some(mut h) => {
+            h.merge(more);
+            h
+        }
+        None => more,
+    }))
 }
 
 /// A JSON object's top-level fields, each as its raw JSON text (borrowed from the body). A key

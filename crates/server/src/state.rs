@@ -121,13 +121,18 @@ pub struct AppState {
     /// True once shutdown has begun.
     shutting_down: watch::Sender<bool>,
     sequences_started: AtomicU64,
+    /// One permit per byte of request body being read or parsed (`--max-request-bytes-in-flight`).
+    pub body_budget: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl AppState {
     pub fn new(config: ServerConfig) -> Arc<Self> {
         let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let budget = config.limits.max_body_bytes_in_flight.min(tokio::sync::Semaphore::MAX_PERMITS);
+        let body_budget = (budget > 0).then(|| Arc::new(tokio::sync::Semaphore::new(budget)));
         Arc::new(AppState {
             config,
+            body_budget,
             model: OnceLock::new(),
             started: Instant::now(),
             started_unix,

@@ -11,7 +11,7 @@ pub mod score;
 pub mod tokenize;
 
 use crate::errors::{ApiError, ApiResult};
-use crate::json_body::{self, BodyLimits, RawObject};
+use crate::json_body::{self, BodyBytes, BodyLimits, RawObject};
 use crate::protocol::fields::{Endpoint, check_fields};
 use crate::state::{AppState, ModelContext};
 use axum::body::Body;
@@ -24,11 +24,12 @@ pub async fn read_request(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> ApiResult<(Arc<ModelContext>, Vec<u8>)> {
+) -> ApiResult<(Arc<ModelContext>, BodyBytes)> {
     let model = state.ready_model()?;
     let limits = BodyLimits {
         max_bytes: state.config.limits.max_body_bytes,
         timeout: state.config.connections.body_read_timeout,
+        in_flight: state.body_budget.clone(),
     };
     let bytes = json_body::read_json_bytes(headers, body, &limits, state.shutdown_signal()).await?;
     Ok((model, bytes))
@@ -38,7 +39,7 @@ pub async fn read_request(
 /// `prepare` on them — on the blocking pool: parsing, tokenizing and template rendering grow with
 /// the body, and must not hold up the threads that answer every other request. The body's memory
 /// is freed before this returns.
-pub async fn prepare_off_thread<T, F>(body: Vec<u8>, endpoint: Endpoint, prepare: F) -> ApiResult<T>
+pub async fn prepare_off_thread<T, F>(body: BodyBytes, endpoint: Endpoint, prepare: F) -> ApiResult<T>
 where
     F: FnOnce(&RawObject) -> ApiResult<T> + Send + 'static,
     T: Send + 'static,
