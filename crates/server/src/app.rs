@@ -3,7 +3,7 @@
 use crate::auth::require_api_key;
 use crate::config::CorsConfig;
 use crate::errors::{method_not_allowed, not_found};
-use crate::routes::{chat, classify, completions, embeddings, health, metrics, models, score, tokenize};
+use crate::routes::{chat, classify, completions, embeddings, health, metrics, models, sagemaker, score, tokenize};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
@@ -16,14 +16,17 @@ use std::sync::Arc;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
 pub fn router(state: Arc<AppState>) -> Router {
+    // ORCA load reports on completion and chat answers (see `orca.rs`).
+    let orca = middleware::from_fn_with_state(state.clone(), crate::orca::load_report);
     let mut app = Router::new()
         .route("/health", get(health::health))
         .route("/ping", get(health::ping).post(health::ping))
         .route("/version", get(health::version))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/models", get(models::list))
-        .route("/v1/completions", post(completions::create))
-        .route("/v1/chat/completions", post(chat::create))
+        .route("/v1/completions", post(completions::create).layer(orca.clone()))
+        .route("/v1/chat/completions", post(chat::create).layer(orca))
+        .route("/invocations", post(sagemaker::invocations))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/pooling", post(embeddings::pooling))
         .route("/classify", post(classify::classify))

@@ -16,6 +16,7 @@ pub mod errors;
 pub mod generation;
 pub mod json_body;
 pub mod metrics;
+pub mod orca;
 pub mod pooling;
 pub mod prompt;
 pub mod protocol;

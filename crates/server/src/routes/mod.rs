@@ -7,6 +7,7 @@ pub mod embeddings;
 pub mod health;
 pub mod metrics;
 pub mod models;
+pub mod sagemaker;
 pub mod score;
 pub mod tokenize;
 
