@@ -34,6 +34,7 @@ fn embeddings_match_sentence_transformers_end_to_end() {
     let (status, err) = s.post("/v1/embeddings", &json!({"input": texts}));
     assert_eq!(status, 400, "{err}");
     assert!(err["error"]["message"].as_str().unwrap().contains("maximum context length is 256"), "{err}");
+    assert_eq!(err["error"]["param"], "input_tokens");
     let r = s.ok("/v1/embeddings", &json!({"model": "minilm", "input": texts, "truncate_prompt_tokens": -1}));
     assert_eq!(r["object"], "list");
     assert_eq!(r["model"], "minilm");
@@ -136,7 +137,7 @@ fn bad_pooling_requests_are_400s_and_the_server_stays_healthy() {
     let bad = [
         ("/v1/embeddings", json!({"input": []}), "input"),
         ("/v1/embeddings", json!({"input": many}), "input"),
-        ("/v1/embeddings", json!({"input": long}), "input"),
+        ("/v1/embeddings", json!({"input": long}), "input_tokens"),
         ("/v1/embeddings", json!({"input": [[]]}), "input"),
         ("/v1/embeddings", json!({"input": [999999]}), "input"),
         ("/v1/embeddings", json!({"input": "x", "dimensions": 8}), "dimensions"),

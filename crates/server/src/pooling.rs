@@ -45,7 +45,7 @@ pub fn input_ids(
     model: &ModelContext,
 ) -> ApiResult<Vec<Vec<u32>>> {
     if inputs.is_empty() {
-        return Err(ApiError::invalid(param, format!("`{param}` is empty: give at least one text or token list.")));
+        return Err(ApiError::invalid(param, "You must pass at least one prompt"));
     }
     if inputs.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
@@ -107,7 +107,7 @@ fn one_input(
     if ids.is_empty() {
         return Err(ApiError::invalid(param, "An input has no tokens: give a non-empty text or token list."));
     }
-    check_len(param, ids.len(), max_len)?;
+    check_len(ids.len(), max_len)?;
     check_vocab(param, &ids, model)?;
     Ok(ids)
 }
@@ -123,16 +123,17 @@ pub fn check_vocab(param: &str, ids: &[u32], model: &ModelContext) -> ApiResult<
     }
 }
 
-/// An input longer than the model: vLLM's message.
-pub fn check_len(param: &str, n: usize, max_len: usize) -> ApiResult<()> {
+/// An input longer than the model: vLLM's message (and its `param`).
+pub fn check_len(n: usize, max_len: usize) -> ApiResult<()> {
     if n <= max_len {
         return Ok(());
     }
     Err(ApiError::invalid(
-        param,
+        "input_tokens",
         format!(
-            "This model's maximum context length is {max_len} tokens. However, you requested {n} tokens in the \
-             input for embedding generation. Please reduce the length of the input (or set truncate_prompt_tokens)."
+            "This model's maximum context length is {max_len} tokens. However, your prompt contains {n} input \
+             tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input \
+             prompt (or set truncate_prompt_tokens). (parameter=input_tokens, value={n})"
         ),
     ))
 }
@@ -180,7 +181,7 @@ pub fn check_dimensions(dimensions: Option<i64>, pooler: &PoolingHandle, name: &
         return Err(ApiError::invalid(
             "dimensions",
             format!(
-                "Model \"{name}\" does not support matryoshka representation, changing output dimensions will lead to poor results."
+                "Model '{name}' does not support Matryoshka embeddings; dimensions must be unset (received dimensions={d})."
             ),
         ));
     };

@@ -130,6 +130,8 @@ pub struct RerankRequest {
 #[derive(Clone, Debug, Serialize)]
 pub struct RerankDocument {
     pub text: String,
+    /// Always null here (vLLM's field for image documents).
+    pub multi_modal: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -142,6 +144,7 @@ pub struct RerankResult {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RerankUsage {
+    pub prompt_tokens: usize,
     pub total_tokens: usize,
 }
 

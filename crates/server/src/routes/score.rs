@@ -62,7 +62,7 @@ impl Pairs {
                     .iter()
                     .map(|&(i, j)| {
                         let (ids, types) = model.tokenizer.encode_pair(&left[i], &right[j], cut)?;
-                        check_len("text_2", ids.len(), max_len)?;
+                        check_len(ids.len(), max_len)?;
                         check_vocab("text_2", &ids, model)?;
                         Ok((ids, types))
                     })
@@ -190,13 +190,13 @@ async fn handle_rerank(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -
     results.truncate(top_n);
     if let Some(docs) = docs {
         for r in &mut results {
-            r.document = Some(RerankDocument { text: docs[r.index].clone() });
+            r.document = Some(RerankDocument { text: docs[r.index].clone(), multi_modal: None });
         }
     }
     Ok(RerankResponse {
         id,
         model: state.model_name().to_string(),
-        usage: RerankUsage { total_tokens: tokens },
+        usage: RerankUsage { prompt_tokens: tokens, total_tokens: tokens },
         results,
     })
 }
@@ -222,7 +222,7 @@ fn prepare_rerank(
         Some(n) => return Err(ApiError::invalid("top_n", format!("top_n must be positive (or 0 for all), got {n}."))),
     };
     let pairs = (0..docs.len()).map(|j| (0, j)).collect();
-    let id = request_id("rerank", req.request_id.as_deref());
+    let id = request_id("score", req.request_id.as_deref()); // vLLM names rerank answers score-…
     let pairs = Pairs::new(vec![query], docs.clone(), pairs, req.truncate_prompt_tokens, state, model, id)?;
     Ok((pairs, req.return_documents.unwrap_or(true).then_some(docs), top_n))
 }
