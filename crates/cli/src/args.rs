@@ -105,6 +105,12 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value_t = RunnerArg::Auto)]
     pub runner: RunnerArg,
 
+    /// vLLM's `--convert`: `embed` serves a generative model as an embedding model (the same
+    /// as `--runner pooling`); `auto` and `none` change nothing; `classify` and `reward` (a
+    /// model with a new head) are not supported yet.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "none", "embed", "classify", "reward", "mm_encoder_only"])]
+    pub convert: String,
+
     #[command(flatten)]
     pub vllm: crate::compat::VllmCompatArgs,
 }

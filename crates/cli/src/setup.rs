@@ -78,7 +78,13 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
     let path = resolved.path.as_path();
     let model_arg = model.unwrap_or(vllm_rs_hub::DEFAULT_MODEL).to_string();
     let encoder = vllm_rs_models::is_encoder(path);
-    match (args.runner, encoder) {
+    let runner = match args.convert.as_str() {
+        "auto" | "none" => args.runner,
+        "embed" if args.runner != RunnerArg::Generate => RunnerArg::Pooling,
+        "embed" => bail!("--convert embed makes a pooling model: drop --runner generate"),
+        other => bail!("--convert {other} is not supported yet (embed is)"),
+    };
+    match (runner, encoder) {
         (RunnerArg::Generate, true) => bail!(
             "--runner generate: {model_arg} is an encoder (embedding) model; it cannot generate text (use --runner pooling or auto)"
         ),

@@ -201,7 +201,14 @@ print("OK")
 #[test]
 fn a_decoder_serves_embeddings_with_runner_pooling() {
     let model = vllm_rs_testutil::gguf_path("smollm2").to_string_lossy().into_owned();
-    let s = Server::start_model(vec![model], &["--runner", "pooling"]);
+    // vLLM's two spellings: --runner pooling, or --convert embed.
+    let s = Server::start_model(vec![model.clone()], &["--runner", "pooling"]);
+    let c = Server::start_model(vec![model], &["--convert", "embed"]);
+    let hello = json!({"input": "hello"});
+    assert_eq!(
+        c.ok("/v1/embeddings", &hello)["data"][0]["embedding"],
+        s.ok("/v1/embeddings", &hello)["data"][0]["embedding"]
+    );
     let r = s.ok("/v1/embeddings", &json!({"input": ["The capital of France is", "hello"]}));
     let v = floats(&r["data"][0]["embedding"]);
     assert_eq!(v.len(), 576);
