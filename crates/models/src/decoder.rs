@@ -112,7 +112,7 @@ impl Model for DecoderModel {
                 norm.forward(&mut ws.y);
             }
             layer.pre_mlp_norm.add_forward(&mut ws.h, &ws.y, &mut ws.x);
-            layer.mlp.forward(&ws.x, n, &mut ws.gate, &mut ws.up, &mut ws.y);
+            layer.mlp.forward(&ws.x, n, [&mut ws.gate, &mut ws.up], &mut ws.moe, &mut ws.y);
             if let Some(norm) = &layer.post_mlp_norm {
                 norm.forward(&mut ws.y);
             }

@@ -11,11 +11,16 @@ pub mod gpt2;
 pub mod layers;
 pub mod llama;
 pub mod mistral;
+pub mod mixtral;
 pub mod mlp;
 pub mod model;
+pub mod moe;
 pub mod norm;
+pub mod olmoe;
 pub mod opt;
 pub mod phi3;
+pub mod qwen2_moe;
+pub mod qwen3_moe;
 pub mod registry;
 
 // The file formats live below models and frontend; re-exported under their old paths.

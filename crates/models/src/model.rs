@@ -2,6 +2,7 @@
 
 use crate::batch::ForwardBatch;
 use crate::layers::{AttentionBuffers, gather_rows};
+use crate::moe::MoeBuffers;
 use std::cell::RefCell;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
@@ -44,6 +45,8 @@ pub struct Workspace {
     pub attention: AttentionBuffers,
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
+    /// Scratch of the mixture-of-experts blocks.
+    pub moe: MoeBuffers,
     /// One rotary table per rotary base the model uses (Gemma's local and global layers).
     pub ropes: Vec<RopeTable>,
     /// Hidden states of the rows that need logits.
