@@ -9,7 +9,7 @@
 //! is then the sum of its slots in rank order, so it does not depend on which other tokens share
 //! the batch (the matmul rows are batch-invariant too).
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Format};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::layers::Linear;
@@ -135,7 +135,13 @@ pub fn layer_ffn<'a>(
         if act != Activation::Silu {
             return Err(Error::msg(format!("config: hidden_act {act:?} is not supported for experts")));
         }
-        Ok(if c.is_sparse(i) {
+        // GGUF metadata does not say which layers are dense (llama.cpp's MoE families have
+        // none): there a layer is sparse when it has a router.
+        let sparse = match ck.format {
+            Format::Gguf => ck.contains(&format!("{prefix}.{}.gate.weight", names.block)),
+            Format::Safetensors => c.is_sparse(i),
+        };
+        Ok(if sparse {
             FeedForward::Moe(Box::new(SparseMoe::load(ck, prefix, names, &c, hidden, expert_inter)?))
         } else {
             FeedForward::Gated(GatedMlp::load(ck, &format!("{prefix}.mlp"), hidden, dense_inter, act)?)
