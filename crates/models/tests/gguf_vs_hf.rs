@@ -19,7 +19,7 @@ mod common;
 
 use common::files::{quantize_q8_0, scratch_dir, tiny_gguf};
 use common::{BLOCK_SIZE, argmax, greedy, ids, rel_max_diff};
-use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
+use vllm_rs_kernels::attention::{KvDtype, SeqAttention};
 use vllm_rs_models::{ForwardBatch, GroupBatch, Model};
 use vllm_rs_testutil::{gguf_path, golden, hf_dir, test_data};
 
@@ -114,7 +114,7 @@ fn tiny_moe_q8_0_within_budget() {
 fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
     let info = model.info();
     let blocks = seq.len().div_ceil(BLOCK_SIZE);
-    let mut kv = KvCache::new(info.num_layers, blocks, BLOCK_SIZE, info.num_kv_heads, info.head_dim, KvDtype::F32);
+    let mut kv = info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let positions: Vec<u32> = (0..seq.len() as u32).collect();
     let slots: Vec<usize> = (0..seq.len()).collect();
