@@ -1,4 +1,5 @@
-//! Batch invariance on the real models and on the tiny Qwen3-MoE (experts grouped per batch):
+//! Batch invariance on the real models, the tiny Qwen3-MoE (experts grouped per batch) and the
+//! tiny DeepSeek-V2 (latent attention over the compressed cache):
 //! every request's greedy tokens are identical whether it runs alone, in a batch of 32
 //! mixed-length requests, chunked by a tiny token budget, with prefix-cache hits, or after
 //! forced preemption — and equal to transformers' goldens. (The
@@ -172,4 +173,10 @@ fn gemma3_batch_invariance() {
 #[test]
 fn qwen3_moe_batch_invariance() {
     batch_invariance("tiny/qwen3_moe");
+}
+
+#[test]
+fn deepseek_v2_batch_invariance() {
+    // Multi-head latent attention over the compressed-latent cache (the Mla spec).
+    batch_invariance("tiny/deepseek_v2");
 }

@@ -6,7 +6,7 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, lm_head, load_attention, model_info};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, lm_head, load_attention, model_info};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::layers::{Embedding, RmsNorm};
@@ -15,7 +15,7 @@ use crate::norm::Norm;
 use serde::Deserialize;
 use serde_json::Value;
 use vllm_rs_kernels::attention::AttentionParams;
-use vllm_rs_kernels::ops;
+use vllm_rs_kernels::{Weight, ops};
 
 pub const LLAMA: ArchSpec = ArchSpec {
     hf_class: "LlamaForCausalLM",
@@ -154,25 +154,51 @@ pub fn load_with(
         let interleaved = ck.format == Format::Gguf && variant.gguf_qk_permuted;
         let bias = (variant.qkv_bias, extra.attention_bias);
         let self_attn = load_attention(ck, &a, hidden, params, bias, qk_norms, interleaved)?;
-        layers.push(DecoderLayer {
-            input_norm: Norm::Rms(norm(&format!("{p}.input_layernorm"), hidden)?),
-            self_attn,
-            post_attn_norm: None,
-            pre_mlp_norm: Norm::Rms(norm(&format!("{p}.post_attention_layernorm"), hidden)?),
-            mlp: mlp(i, &p, act)?,
-            post_mlp_norm: None,
-            rope: 0,
-        });
+        layers.push(pre_norm_layer(ck, &p, &c, self_attn.into(), mlp(i, &p, act)?)?);
     }
+    pre_norm_model(ck, config, &c, embed, layers, hd)
+}
+
+/// A Llama-style layer: RMSNorms `{prefix}.input_layernorm` before the mixer and
+/// `{prefix}.post_attention_layernorm` before the feed-forward block.
+pub fn pre_norm_layer(
+    ck: &Checkpoint,
+    prefix: &str,
+    c: &CommonConfig,
+    mixer: Mixer,
+    mlp: FeedForward,
+) -> Result<DecoderLayer> {
+    let norm = |name: &str| RmsNorm::load(ck, &format!("{prefix}.{name}"), c.hidden_size, c.rms_norm_eps, 0.0);
+    Ok(DecoderLayer {
+        input_norm: Norm::Rms(norm("input_layernorm")?),
+        self_attn: mixer,
+        post_attn_norm: None,
+        pre_mlp_norm: Norm::Rms(norm("post_attention_layernorm")?),
+        mlp,
+        post_mlp_norm: None,
+        rope: 0,
+    })
+}
+
+/// A Llama-style model around `layers`: unscaled embeddings, the RMSNorm `model.norm`, the
+/// (optionally tied) head, one rotary table over `rope_dim`.
+pub fn pre_norm_model(
+    ck: &Checkpoint,
+    config: &Value,
+    c: &CommonConfig,
+    embed: Weight,
+    layers: Vec<DecoderLayer>,
+    rope_dim: usize,
+) -> Result<DecoderModel> {
     Ok(DecoderModel {
-        info: model_info(config, &c, &layers)?,
-        lm_head: lm_head(ck, &c, &embed)?,
+        info: model_info(config, c, &layers)?,
+        lm_head: lm_head(ck, c, &embed)?,
         embed_tokens: Embedding { weight: embed },
         embed_scale: 1.0,
         embed_positions: None,
         layers,
-        norm: Norm::Rms(norm("model.norm", hidden)?),
+        norm: Norm::Rms(RmsNorm::load(ck, "model.norm", c.hidden_size, c.rms_norm_eps, 0.0)?),
         final_logit_softcap: None,
-        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, hd)],
+        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
     })
 }

@@ -36,10 +36,10 @@ impl MoeConfig {
     pub fn parse(config: &Value, norm_default: bool) -> Result<Self> {
         let uint = |k: &str| config.get(k).filter(|v| !v.is_null()).map(|v| v.as_u64().map(|n| n as usize));
         let bad = |k: &str| Error::msg(format!("config: {k} must be a non-negative integer"));
-        let num_experts = match (uint("num_experts"), uint("num_local_experts")) {
-            (Some(n), _) => n.ok_or_else(|| bad("num_experts"))?,
-            (None, Some(n)) => n.ok_or_else(|| bad("num_local_experts"))?,
-            (None, None) => return Err(Error::msg("config: missing field `num_experts` (or `num_local_experts`)")),
+        let key = ["num_experts", "num_local_experts", "n_routed_experts"].into_iter().find(|k| uint(k).is_some());
+        let num_experts = match key {
+            Some(k) => uint(k).flatten().ok_or_else(|| bad(k))?,
+            None => return Err(Error::msg("config: missing field `num_experts` (or `num_local_experts`)")),
         };
         let top_k = uint("num_experts_per_tok")
             .ok_or_else(|| Error::msg("config: missing field `num_experts_per_tok`"))?
@@ -89,10 +89,36 @@ pub struct MoeNames {
 /// The names of Qwen, OLMoE, and of any family read from GGUF (the loader maps `*_exps` there).
 pub const MOE_NAMES: MoeNames = MoeNames { block: "mlp", proj: ["gate_proj", "up_proj", "down_proj"] };
 
-/// Qwen2-MoE's always-on expert: `sigmoid(gate · x) · mlp(x)`.
+/// An always-on expert: `mlp(x)`, scaled by `sigmoid(gate · x)` where it has a gate (Qwen2-MoE;
+/// DeepSeek's shared experts have none).
 pub struct SharedExpert {
     pub mlp: GatedMlp,
-    pub gate: Linear,
+    pub gate: Option<Linear>,
+}
+
+impl SharedExpert {
+    /// `{prefix}.{module}` (`inter` wide) and, if `gate` names one, its `hidden → 1` gate.
+    pub fn load(
+        ck: &Checkpoint,
+        prefix: &str,
+        module: &str,
+        hidden: usize,
+        inter: usize,
+        gate: Option<&str>,
+    ) -> Result<Self> {
+        Ok(SharedExpert {
+            mlp: GatedMlp::load(ck, &format!("{prefix}.{module}"), hidden, inter, Activation::Silu)?,
+            gate: gate.map(|g| Linear::load(ck, &format!("{prefix}.{g}"), 1, hidden, false)).transpose()?,
+        })
+    }
+}
+
+/// DeepSeek-V2's `group_limited_greedy` routing: experts form `n_group` equal groups; a token
+/// only picks among the `topk_group` groups whose best expert scores highest.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupLimit {
+    pub n_group: usize,
+    pub topk_group: usize,
 }
 
 pub struct SparseMoe {
@@ -101,6 +127,9 @@ pub struct SparseMoe {
     pub experts: Vec<GatedMlp>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
+    /// Multiplies the routing weights (DeepSeek), 1 for none.
+    pub routed_scaling_factor: f32,
+    pub group_limit: Option<GroupLimit>,
     pub shared_expert: Option<SharedExpert>,
 }
 
@@ -217,6 +246,8 @@ impl SparseMoe {
             experts,
             top_k: c.num_experts_per_tok,
             norm_topk_prob: c.norm_topk_prob,
+            routed_scaling_factor: 1.0,
+            group_limit: None,
             shared_expert: None,
         })
     }
@@ -234,10 +265,15 @@ impl SparseMoe {
         }
         if let Some(shared) = &self.shared_expert {
             shared.mlp.forward(x, m, &mut b.gate, &mut b.up, &mut b.out);
-            shared.gate.forward(x, m, &mut b.logits);
-            for ((o, s), g) in out.chunks_exact_mut(hidden).zip(b.out.chunks_exact(hidden)).zip(&b.logits) {
-                let scale = 1.0 / (1.0 + (-g).exp());
-                o.iter_mut().zip(s).for_each(|(o, s)| *o += scale * s);
+            match &shared.gate {
+                Some(gate) => {
+                    gate.forward(x, m, &mut b.logits);
+                    for ((o, s), g) in out.chunks_exact_mut(hidden).zip(b.out.chunks_exact(hidden)).zip(&b.logits) {
+                        let scale = 1.0 / (1.0 + (-g).exp());
+                        o.iter_mut().zip(s).for_each(|(o, s)| *o += scale * s);
+                    }
+                }
+                None => ops::add_assign(out, &b.out),
             }
         }
     }
@@ -250,20 +286,19 @@ impl SparseMoe {
         b.routes.clear();
         for probs in b.logits.chunks_exact_mut(n) {
             ops::softmax(probs);
-            let start = b.routes.len();
-            for _ in 0..k {
-                let taken = &b.routes[start..];
-                let best =
-                    (0..n).filter(|e| taken.iter().all(|(t, _)| t != e)).fold(
-                        None,
-                        |best: Option<usize>, e| match best {
-                            Some(b) if probs[b] >= probs[e] => Some(b),
-                            _ => Some(e),
-                        },
-                    );
-                let e = best.expect("top_k <= num_experts");
-                b.routes.push((e, probs[e]));
+            if let Some(g) = self.group_limit {
+                // Zero the experts outside the best groups (transformers' masked_fill).
+                let size = n / g.n_group;
+                let best: Vec<f32> = probs.chunks_exact(size).map(|c| c.iter().copied().fold(0.0, f32::max)).collect();
+                let keep = top_k(&best, g.topk_group);
+                for (gi, c) in probs.chunks_exact_mut(size).enumerate() {
+                    if !keep.contains(&gi) {
+                        c.fill(0.0);
+                    }
+                }
             }
+            let start = b.routes.len();
+            b.routes.extend(top_k(probs, k).into_iter().map(|e| (e, probs[e] * self.routed_scaling_factor)));
             if self.norm_topk_prob {
                 let sum: f32 = b.routes[start..].iter().map(|r| r.1).sum();
                 b.routes[start..].iter_mut().for_each(|r| r.1 /= sum);
@@ -309,6 +344,16 @@ impl SparseMoe {
             }
         }
     }
+}
+
+/// The indices of the `k` largest values, highest first (the lower index on ties).
+fn top_k(x: &[f32], k: usize) -> Vec<usize> {
+    let mut picked: Vec<usize> = Vec::with_capacity(k);
+    for _ in 0..k.min(x.len()) {
+        let best = (0..x.len()).filter(|i| !picked.contains(i)).reduce(|b, i| if x[i] > x[b] { i } else { b });
+        picked.extend(best);
+    }
+    picked
 }
 
 #[cfg(test)]
@@ -365,7 +410,15 @@ mod tests {
                 act: Activation::Silu,
             })
             .collect();
-        SparseMoe { gate: rand(n, hidden), experts, top_k: k, norm_topk_prob: true, shared_expert: None }
+        SparseMoe {
+            gate: rand(n, hidden),
+            experts,
+            top_k: k,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.0,
+            group_limit: None,
+            shared_expert: None,
+        }
     }
 
     #[test]

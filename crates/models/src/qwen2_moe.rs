@@ -7,9 +7,8 @@ use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
 use crate::decoder::DecoderModel;
 use crate::error::Result;
-use crate::layers::Linear;
 use crate::llama::{self, Variant};
-use crate::mlp::{Activation, FeedForward, GatedMlp};
+use crate::mlp::FeedForward;
 use crate::moe::{self, SharedExpert};
 use crate::qwen3_moe::qwen_moe_ffn;
 use serde_json::Value;
@@ -47,10 +46,8 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         let mut ffn = routed(i, prefix, act)?;
         if let FeedForward::Moe(block) = &mut ffn {
             let p = format!("{prefix}.mlp");
-            block.shared_expert = Some(SharedExpert {
-                mlp: GatedMlp::load(ck, &format!("{p}.shared_expert"), hidden, shared_inter, Activation::Silu)?,
-                gate: Linear::load(ck, &format!("{p}.shared_expert_gate"), 1, hidden, false)?,
-            });
+            block.shared_expert =
+                Some(SharedExpert::load(ck, &p, "shared_expert", hidden, shared_inter, Some("shared_expert_gate"))?);
         }
         Ok(ffn)
     })

@@ -21,6 +21,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::mixtral::MIXTRAL,
     &crate::olmoe::OLMOE,
     &crate::qwen2_moe::QWEN2_MOE,
+    &crate::deepseek_v2::DEEPSEEK_V2,
 ];
 
 /// The spec of an HF class name.

@@ -238,3 +238,24 @@ fn bad_moe_checkpoints_and_configs() {
         expect_err(&d, &cfg, words);
     }
 }
+
+#[test]
+fn deepseek_v2_configs_not_built_are_refused() {
+    let d = scratch_dir("deepseek-config");
+    copy_model_dir(&tiny("deepseek_v2"), &d);
+    let cfg = d.join("config.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    for (key, value, words) in [
+        ("topk_method", json!("noaux_tc"), &["topk_method", "noaux_tc"][..]),
+        ("n_group", json!(3), &["n_group (3)"][..]),
+        ("moe_layer_freq", json!(2), &["moe_layer_freq"][..]),
+        ("norm_topk_prob", json!(true), &["norm_topk_prob"][..]),
+        ("kv_lora_rank", serde_json::Value::Null, &["kv_lora_rank"][..]),
+        ("rope_parameters", json!({"rope_type": "yarn", "factor": 40.0, "rope_theta": 10000.0}), &["yarn"][..]),
+    ] {
+        let mut bad = v.clone();
+        bad[key] = value;
+        std::fs::write(&cfg, bad.to_string()).unwrap();
+        expect_err(&d, &cfg, words);
+    }
+}

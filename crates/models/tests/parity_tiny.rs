@@ -132,3 +132,8 @@ fn olmoe() {
 fn qwen2_moe() {
     check_arch("qwen2_moe", "Qwen2MoeForCausalLM");
 }
+
+#[test]
+fn deepseek_v2() {
+    check_arch("deepseek_v2", "DeepseekV2ForCausalLM");
+}
