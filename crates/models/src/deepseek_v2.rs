@@ -3,7 +3,8 @@
 //! `first_k_dense_replace` layers with a dense SwiGLU MLP and the rest with a sparse MoE block:
 //! softmax routing, `greedy` or `group_limited_greedy` top-k, weights times
 //! `routed_scaling_factor`, plus `n_shared_experts` always-on experts (no gate). Safetensors only
-//! for now; YaRN rope scaling (the real checkpoints' long context) is refused until it is built.
+//! for now. Rotary embeddings over the `qk_rope_head_dim` part, interleaved pairs, YaRN-scaled
+//! where the config says so (the real checkpoints' long context).
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
@@ -14,7 +15,9 @@ use crate::llama::{pre_norm_layer, pre_norm_model};
 use crate::mla::{self, MlaAttention};
 use crate::mlp::{Activation, FeedForward};
 use crate::moe::{self, GroupLimit, MOE_NAMES, MoeConfig, SharedExpert};
+use crate::yarn::Yarn;
 use serde_json::Value;
+use vllm_rs_kernels::ops;
 
 pub const DEEPSEEK_V2: ArchSpec = ArchSpec {
     hf_class: "DeepseekV2ForCausalLM",
@@ -30,18 +33,30 @@ pub const DEEPSEEK_V2: ArchSpec = ArchSpec {
             "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
             "n_routed_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 32, "n_shared_experts": 1,
             "first_k_dense_replace": 1, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2,
-            "routed_scaling_factor": 1.5, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}"#,
+            "routed_scaling_factor": 1.5, "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "max_position_embeddings": 256,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32, "beta_slow": 1}}"#,
         norm_center: 1.0,
         scaled_embed: false,
     },
 };
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
-    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let mut c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let scaling = c.rope_scaling.take().filter(|s| !s.is_null());
     c.validate()?;
     let hidden = c.hidden_size;
-    let shape = mla::shape_from_config(config, c.num_attention_heads)?;
+    let mut shape = mla::shape_from_config(config, c.num_attention_heads)?;
+    let inv_freq = match scaling {
+        None => ops::rope_inv_freq(c.rope_theta, shape.qk_rope_head_dim),
+        Some(s) if s.get("rope_type").or(s.get("type")).and_then(Value::as_str) == Some("yarn") => {
+            let y = Yarn::from_params(&s, c.rope_theta, shape.qk_rope_head_dim)?;
+            shape.scale *= y.softmax_scale;
+            shape.rope_factor = y.attention_factor;
+            y.inv_freq
+        }
+        Some(s) => return Err(Error::msg(format!("config: rope_scaling {s} is not supported (only yarn)"))),
+    };
     let ffn = feed_forward(ck, config, hidden)?;
     let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
@@ -50,7 +65,9 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         let mla = MlaAttention::load(ck, &format!("{p}.self_attn"), hidden, shape)?;
         layers.push(pre_norm_layer(ck, &p, &c, Mixer::Mla(mla), ffn(i, &p, Activation::Silu)?)?);
     }
-    pre_norm_model(ck, config, &c, embed, layers, shape.qk_rope_head_dim)
+    let mut m = pre_norm_model(ck, config, &c, embed, layers, shape.qk_rope_head_dim)?;
+    m.rope_inv_freqs = vec![inv_freq];
+    Ok(m)
 }
 
 /// Layer `i`'s feed-forward block: dense below `first_k_dense_replace`, else the routed experts

@@ -24,6 +24,7 @@ pub mod phi3;
 pub mod qwen2_moe;
 pub mod qwen3_moe;
 pub mod registry;
+pub mod yarn;
 
 // The file formats live below models and frontend; re-exported under their old paths.
 pub use vllm_rs_formats::{error, gguf};

@@ -31,6 +31,8 @@ pub struct MlaShape {
     pub qk_rope_head_dim: usize,
     pub v_head_dim: usize,
     pub scale: f32,
+    /// Multiplies the rotated query and key parts (YaRN's attention factor; 1 without scaling).
+    pub rope_factor: f32,
 }
 
 /// The query projection: direct, or low-rank through a normed bottleneck.
@@ -135,6 +137,7 @@ impl MlaAttention {
             let (c, k_pe) = row.split_at_mut(l);
             ops::rms_norm(c, &self.kv_a_layernorm.weight, LORA_NORM_EPS, 0.0);
             ops::rope(k_pe, r, rope, t, true);
+            scale_by(k_pe, s.rope_factor);
         }
         let group = &batch.groups[kv.group_of(layer)];
         kv.write(layer, group.slot_mapping, latent, &[]);
@@ -149,6 +152,7 @@ impl MlaAttention {
                 dst[..l].copy_from_slice(&mla.out[t * l..(t + 1) * l]);
                 dst[l..].copy_from_slice(&q[(t * h + head) * qk + nope..(t * h + head + 1) * qk]);
                 ops::rope(&mut dst[l..], r, rope, t, true);
+                scale_by(&mut dst[l..], s.rope_factor);
             }
         }
         let params = AttentionParams {
@@ -173,6 +177,12 @@ impl MlaAttention {
             }
         }
         self.o_proj.forward(&mla.heads, n, out);
+    }
+}
+
+fn scale_by(x: &mut [f32], factor: f32) {
+    if factor != 1.0 {
+        x.iter_mut().for_each(|v| *v *= factor);
     }
 }
 
@@ -209,5 +219,6 @@ pub fn shape_from_config(config: &serde_json::Value, num_heads: usize) -> Result
         qk_rope_head_dim: rope,
         v_head_dim: get("v_head_dim")?,
         scale: 1.0 / ((nope + rope) as f32).sqrt(),
+        rope_factor: 1.0,
     })
 }

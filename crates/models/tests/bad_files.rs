@@ -251,7 +251,16 @@ fn deepseek_v2_configs_not_built_are_refused() {
         ("moe_layer_freq", json!(2), &["moe_layer_freq"][..]),
         ("norm_topk_prob", json!(true), &["norm_topk_prob"][..]),
         ("kv_lora_rank", serde_json::Value::Null, &["kv_lora_rank"][..]),
-        ("rope_parameters", json!({"rope_type": "yarn", "factor": 40.0, "rope_theta": 10000.0}), &["yarn"][..]),
+        (
+            "rope_parameters",
+            json!({"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0}),
+            &["dynamic", "only yarn"][..],
+        ),
+        (
+            "rope_parameters",
+            json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}),
+            &["original_max_position_embeddings"][..],
+        ),
     ] {
         let mut bad = v.clone();
         bad[key] = value;
