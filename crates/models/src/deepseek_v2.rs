@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::llama::{pre_norm_layer, pre_norm_model};
 use crate::mla::{self, MlaAttention};
 use crate::mlp::{Activation, FeedForward};
-use crate::moe::{self, GroupLimit, MOE_NAMES, MoeConfig, SharedExpert};
+use crate::moe::{self, GroupLimit, GroupScore, MOE_NAMES, MoeConfig, Scoring, SharedExpert};
 use crate::yarn::Yarn;
 use serde_json::Value;
 use vllm_rs_kernels::ops;
@@ -41,12 +41,31 @@ pub const DEEPSEEK_V2: ArchSpec = ArchSpec {
     },
 };
 
+/// What differs between DeepSeek-V2 and V3 in transformers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// Softmax scores; `greedy` or `group_limited_greedy` (groups by their best expert);
+    /// interleaved rotary pairs.
+    V2,
+    /// Sigmoid scores, experts chosen with `e_score_correction_bias` added, groups by their best
+    /// two (`noaux_tc`), `norm_topk_prob` (default true); rotary pairs interleaved unless
+    /// `rope_interleave` is false.
+    V3,
+}
+
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    load_deepseek(ck, config, Version::V2)
+}
+
+pub fn load_deepseek(ck: &Checkpoint, config: &Value, version: Version) -> Result<DecoderModel> {
     let mut c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     let scaling = c.rope_scaling.take().filter(|s| !s.is_null());
     c.validate()?;
     let hidden = c.hidden_size;
     let mut shape = mla::shape_from_config(config, c.num_attention_heads)?;
+    if version == Version::V3 {
+        shape.rope_interleaved = config.get("rope_interleave").and_then(Value::as_bool).unwrap_or(true);
+    }
     let inv_freq = match scaling {
         None => ops::rope_inv_freq(c.rope_theta, shape.qk_rope_head_dim),
         Some(s) if s.get("rope_type").or(s.get("type")).and_then(Value::as_str) == Some("yarn") => {
@@ -57,7 +76,7 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         }
         Some(s) => return Err(Error::msg(format!("config: rope_scaling {s} is not supported (only yarn)"))),
     };
-    let ffn = feed_forward(ck, config, hidden)?;
+    let ffn = feed_forward(ck, config, hidden, version)?;
     let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for i in 0..c.num_hidden_layers {
@@ -76,21 +95,29 @@ fn feed_forward<'a>(
     ck: &'a Checkpoint,
     config: &Value,
     hidden: usize,
+    version: Version,
 ) -> Result<impl Fn(usize, &str, Activation) -> Result<FeedForward> + 'a> {
     let get = |k: &str| config.get(k).filter(|v| !v.is_null());
     let uint = |k: &str, default: usize| get(k).map_or(Ok(default), |_| moe::config_usize(config, k));
     if let Some(f) = get("moe_layer_freq").filter(|f| f.as_u64() != Some(1)) {
         return Err(Error::msg(format!("config: moe_layer_freq {f} is not supported (only 1)")));
     }
-    if get("norm_topk_prob").and_then(Value::as_bool) == Some(true) {
+    if version == Version::V2 && get("norm_topk_prob").and_then(Value::as_bool) == Some(true) {
         return Err(Error::msg("config: norm_topk_prob = true is not supported for DeepSeek-V2"));
     }
-    let mut c = MoeConfig::parse(config, false)?;
+    let mut c = MoeConfig::parse(config, version == Version::V3)?;
     c.mlp_only_layers = (0..uint("first_k_dense_replace", 0)?).collect();
-    let group_limit = match get("topk_method").and_then(Value::as_str).unwrap_or("greedy") {
-        "greedy" => None,
-        "group_limited_greedy" => {
-            let g = GroupLimit { n_group: uint("n_group", 1)?, topk_group: uint("topk_group", 1)? };
+    let method = get("topk_method").and_then(Value::as_str);
+    let score = match (version, method.unwrap_or(if version == Version::V2 { "greedy" } else { "noaux_tc" })) {
+        (Version::V2, "greedy") => None,
+        (Version::V2, "group_limited_greedy") => Some(GroupScore::Max),
+        (Version::V3, "noaux_tc") => Some(GroupScore::SumTop2),
+        (_, other) => return Err(Error::msg(format!("config: topk_method {other:?} is not supported"))),
+    };
+    let group_limit = match score {
+        None => None,
+        Some(score) => {
+            let g = GroupLimit { n_group: uint("n_group", 1)?, topk_group: uint("topk_group", 1)?, score };
             if g.n_group == 0
                 || !c.num_experts.is_multiple_of(g.n_group)
                 || g.topk_group == 0
@@ -103,7 +130,6 @@ fn feed_forward<'a>(
             }
             Some(g)
         }
-        other => return Err(Error::msg(format!("config: topk_method {other:?} is not supported"))),
     };
     let scale = get("routed_scaling_factor")
         .map_or(Some(1.0), Value::as_f64)
@@ -117,6 +143,11 @@ fn feed_forward<'a>(
         if let FeedForward::Moe(block) = &mut ffn {
             block.routed_scaling_factor = scale;
             block.group_limit = group_limit;
+            if version == Version::V3 {
+                block.scoring = Scoring::Sigmoid;
+                let n = block.experts.len();
+                block.correction_bias = Some(ck.vector(&format!("{prefix}.mlp.gate.e_score_correction_bias"), n)?);
+            }
             if shared_inter > 0 {
                 let p = format!("{prefix}.mlp");
                 block.shared_expert = Some(SharedExpert::load(ck, &p, "shared_experts", hidden, shared_inter, None)?);

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod decoder;
 pub mod deepseek_v2;
+pub mod deepseek_v3;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;

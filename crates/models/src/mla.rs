@@ -33,6 +33,8 @@ pub struct MlaShape {
     pub scale: f32,
     /// Multiplies the rotated query and key parts (YaRN's attention factor; 1 without scaling).
     pub rope_factor: f32,
+    /// Whether rotary pairs are adjacent (DeepSeek's layout) or half a rotary dimension apart.
+    pub rope_interleaved: bool,
 }
 
 /// The query projection: direct, or low-rank through a normed bottleneck.
@@ -130,13 +132,12 @@ impl MlaAttention {
                 b.forward(&mla.q_lora, n, q);
             }
         }
-        // Each position's cache row: [normed latent ; rotated key]. The rotary pairs are
-        // interleaved (transformers rotates them as complex numbers).
+        // Each position's cache row: [normed latent ; rotated key].
         self.kv_a_proj_with_mqa.forward(x, n, latent);
         for (t, row) in latent.chunks_exact_mut(lr).enumerate() {
             let (c, k_pe) = row.split_at_mut(l);
             ops::rms_norm(c, &self.kv_a_layernorm.weight, LORA_NORM_EPS, 0.0);
-            ops::rope(k_pe, r, rope, t, true);
+            ops::rope(k_pe, r, rope, t, s.rope_interleaved);
             scale_by(k_pe, s.rope_factor);
         }
         let group = &batch.groups[kv.group_of(layer)];
@@ -151,7 +152,7 @@ impl MlaAttention {
                 let dst = &mut q_abs[(t * h + head) * lr..(t * h + head + 1) * lr];
                 dst[..l].copy_from_slice(&mla.out[t * l..(t + 1) * l]);
                 dst[l..].copy_from_slice(&q[(t * h + head) * qk + nope..(t * h + head + 1) * qk]);
-                ops::rope(&mut dst[l..], r, rope, t, true);
+                ops::rope(&mut dst[l..], r, rope, t, s.rope_interleaved);
                 scale_by(&mut dst[l..], s.rope_factor);
             }
         }
@@ -220,5 +221,6 @@ pub fn shape_from_config(config: &serde_json::Value, num_heads: usize) -> Result
         v_head_dim: get("v_head_dim")?,
         scale: 1.0 / ((nope + rope) as f32).sqrt(),
         rope_factor: 1.0,
+        rope_interleaved: true,
     })
 }

@@ -113,12 +113,29 @@ impl SharedExpert {
     }
 }
 
-/// DeepSeek-V2's `group_limited_greedy` routing: experts form `n_group` equal groups; a token
-/// only picks among the `topk_group` groups whose best expert scores highest.
+/// DeepSeek's group-limited routing: experts form `n_group` equal groups; a token only picks
+/// among the `topk_group` groups that score highest.
 #[derive(Clone, Copy, Debug)]
 pub struct GroupLimit {
     pub n_group: usize,
     pub topk_group: usize,
+    pub score: GroupScore,
+}
+
+/// What a group scores: its best expert (V2's `group_limited_greedy`), or its best two
+/// together (V3's `noaux_tc`).
+#[derive(Clone, Copy, Debug)]
+pub enum GroupScore {
+    Max,
+    SumTop2,
+}
+
+/// How router logits become expert scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scoring {
+    Softmax,
+    /// Each expert's own sigmoid (DeepSeek-V3).
+    Sigmoid,
 }
 
 pub struct SparseMoe {
@@ -127,7 +144,10 @@ pub struct SparseMoe {
     pub experts: Vec<GatedMlp>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
-    /// Multiplies the routing weights (DeepSeek), 1 for none.
+    pub scoring: Scoring,
+    /// Added to the scores for choosing experts only, not to their weights (DeepSeek-V3).
+    pub correction_bias: Option<Vec<f32>>,
+    /// Multiplies the routing weights after any renormalization (DeepSeek), 1 for none.
     pub routed_scaling_factor: f32,
     pub group_limit: Option<GroupLimit>,
     pub shared_expert: Option<SharedExpert>,
@@ -139,6 +159,8 @@ pub struct MoeBuffers {
     logits: Vec<f32>,
     /// `(expert, weight)` of every `(token, rank)` slot.
     routes: Vec<(usize, f32)>,
+    /// One token's scores for choosing its experts.
+    choice: Vec<f32>,
     /// Slots grouped by expert (in token order within an expert), and where each group starts.
     order: Vec<usize>,
     starts: Vec<usize>,
@@ -246,6 +268,8 @@ impl SparseMoe {
             experts,
             top_k: c.num_experts_per_tok,
             norm_topk_prob: c.norm_topk_prob,
+            scoring: Scoring::Softmax,
+            correction_bias: None,
             routed_scaling_factor: 1.0,
             group_limit: None,
             shared_expert: None,
@@ -278,31 +302,26 @@ impl SparseMoe {
         }
     }
 
-    /// Router probabilities (softmax over all experts), the top `k` per token (highest first,
-    /// the lower index on ties), optionally renormalized; then the slots grouped by expert.
+    /// Router scores (softmax over all experts, or sigmoids), the experts [`SparseMoe::choose`]
+    /// picks (highest first, the lower index on ties) weighted by their scores, optionally
+    /// renormalized, then scaled; then the slots grouped by expert.
     fn route(&self, x: &[f32], m: usize, b: &mut MoeBuffers) {
-        let (n, k) = (self.experts.len(), self.top_k);
+        let n = self.experts.len();
         self.gate.forward(x, m, &mut b.logits);
         b.routes.clear();
         for probs in b.logits.chunks_exact_mut(n) {
-            ops::softmax(probs);
-            if let Some(g) = self.group_limit {
-                // Zero the experts outside the best groups (transformers' masked_fill).
-                let size = n / g.n_group;
-                let best: Vec<f32> = probs.chunks_exact(size).map(|c| c.iter().copied().fold(0.0, f32::max)).collect();
-                let keep = top_k(&best, g.topk_group);
-                for (gi, c) in probs.chunks_exact_mut(size).enumerate() {
-                    if !keep.contains(&gi) {
-                        c.fill(0.0);
-                    }
-                }
+            match self.scoring {
+                Scoring::Softmax => ops::softmax(probs),
+                Scoring::Sigmoid => probs.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
             }
             let start = b.routes.len();
-            b.routes.extend(top_k(probs, k).into_iter().map(|e| (e, probs[e] * self.routed_scaling_factor)));
+            b.routes.extend(self.choose(probs, &mut b.choice).into_iter().map(|e| (e, probs[e])));
+            let routes = &mut b.routes[start..];
             if self.norm_topk_prob {
-                let sum: f32 = b.routes[start..].iter().map(|r| r.1).sum();
-                b.routes[start..].iter_mut().for_each(|r| r.1 /= sum);
+                let sum: f32 = routes.iter().map(|r| r.1).sum();
+                routes.iter_mut().for_each(|r| r.1 /= sum);
             }
+            routes.iter_mut().for_each(|r| r.1 *= self.routed_scaling_factor);
         }
         // Counting sort of the slots by expert.
         b.starts.clear();
@@ -319,6 +338,33 @@ impl SparseMoe {
             b.order[next[e]] = slot;
             next[e] += 1;
         }
+    }
+
+    /// A token's `top_k` experts by score (plus the correction bias, DeepSeek-V3), among the
+    /// experts of its best groups where routing is group-limited.
+    fn choose(&self, scores: &[f32], choice: &mut Vec<f32>) -> Vec<usize> {
+        choice.clear();
+        choice.extend_from_slice(scores);
+        if let Some(bias) = &self.correction_bias {
+            ops::add_assign(choice, bias);
+        }
+        if let Some(g) = self.group_limit {
+            let size = choice.len() / g.n_group;
+            let group_scores: Vec<f32> = choice
+                .chunks_exact(size)
+                .map(|c| match g.score {
+                    GroupScore::Max => c.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                    GroupScore::SumTop2 => top_k(c, 2).iter().map(|&i| c[i]).sum(),
+                })
+                .collect();
+            let keep = top_k(&group_scores, g.topk_group);
+            for (gi, c) in choice.chunks_exact_mut(size).enumerate() {
+                if !keep.contains(&gi) {
+                    c.fill(f32::NEG_INFINITY);
+                }
+            }
+        }
+        top_k(choice, self.top_k)
     }
 
     /// For each expert with routed slots: its tokens' rows through its MLP in one batch, each
@@ -415,6 +461,8 @@ mod tests {
             experts,
             top_k: k,
             norm_topk_prob: true,
+            scoring: Scoring::Softmax,
+            correction_bias: None,
             routed_scaling_factor: 1.0,
             group_limit: None,
             shared_expert: None,

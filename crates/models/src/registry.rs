@@ -22,6 +22,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::olmoe::OLMOE,
     &crate::qwen2_moe::QWEN2_MOE,
     &crate::deepseek_v2::DEEPSEEK_V2,
+    &crate::deepseek_v3::DEEPSEEK_V3,
 ];
 
 /// The spec of an HF class name.

@@ -137,3 +137,8 @@ fn qwen2_moe() {
 fn deepseek_v2() {
     check_arch("deepseek_v2", "DeepseekV2ForCausalLM");
 }
+
+#[test]
+fn deepseek_v3() {
+    check_arch("deepseek_v3", "DeepseekV3ForCausalLM");
+}
