@@ -159,11 +159,12 @@ pub struct MoeBuffers {
     logits: Vec<f32>,
     /// `(expert, weight)` of every `(token, rank)` slot.
     routes: Vec<(usize, f32)>,
-    /// One token's scores for choosing its experts.
-    choice: Vec<f32>,
+    choice: Choice,
     /// Slots grouped by expert (in token order within an expert), and where each group starts.
     order: Vec<usize>,
     starts: Vec<usize>,
+    /// Where each expert's next slot goes while `order` is filled.
+    next: Vec<usize>,
     rows: Vec<f32>,
     out: Vec<f32>,
     gate: Vec<f32>,
@@ -227,6 +228,14 @@ pub fn config_usize(config: &Value, key: &str) -> Result<usize> {
         .and_then(Value::as_u64)
         .map(|n| n as usize)
         .ok_or_else(|| Error::msg(format!("config: missing field `{key}` (a non-negative integer)")))
+}
+
+/// One token's expert choice: its scores, its groups' scores, what was picked.
+#[derive(Default)]
+struct Choice {
+    scores: Vec<f32>,
+    groups: Vec<f32>,
+    picked: Vec<usize>,
 }
 
 impl SparseMoe {
@@ -315,7 +324,8 @@ impl SparseMoe {
                 Scoring::Sigmoid => probs.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
             }
             let start = b.routes.len();
-            b.routes.extend(self.choose(probs, &mut b.choice).into_iter().map(|e| (e, probs[e])));
+            self.choose(probs, &mut b.choice);
+            b.routes.extend(b.choice.picked.iter().map(|&e| (e, probs[e])));
             let routes = &mut b.routes[start..];
             if self.norm_topk_prob {
                 let sum: f32 = routes.iter().map(|r| r.1).sum();
@@ -333,38 +343,37 @@ impl SparseMoe {
             b.starts[e + 1] += b.starts[e];
         }
         b.order.resize(b.routes.len(), 0);
-        let mut next = b.starts.clone();
+        b.next.clone_from(&b.starts);
         for (slot, &(e, _)) in b.routes.iter().enumerate() {
-            b.order[next[e]] = slot;
-            next[e] += 1;
+            b.order[b.next[e]] = slot;
+            b.next[e] += 1;
         }
     }
 
     /// A token's `top_k` experts by score (plus the correction bias, DeepSeek-V3), among the
     /// experts of its best groups where routing is group-limited.
-    fn choose(&self, scores: &[f32], choice: &mut Vec<f32>) -> Vec<usize> {
-        choice.clear();
-        choice.extend_from_slice(scores);
+    /// The result is `c.picked`.
+    fn choose(&self, scores: &[f32], c: &mut Choice) {
+        c.scores.clear();
+        c.scores.extend_from_slice(scores);
         if let Some(bias) = &self.correction_bias {
-            ops::add_assign(choice, bias);
+            ops::add_assign(&mut c.scores, bias);
         }
         if let Some(g) = self.group_limit {
-            let size = choice.len() / g.n_group;
-            let group_scores: Vec<f32> = choice
-                .chunks_exact(size)
-                .map(|c| match g.score {
-                    GroupScore::Max => c.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-                    GroupScore::SumTop2 => top_k(c, 2).iter().map(|&i| c[i]).sum(),
-                })
-                .collect();
-            let keep = top_k(&group_scores, g.topk_group);
-            for (gi, c) in choice.chunks_exact_mut(size).enumerate() {
-                if !keep.contains(&gi) {
-                    c.fill(f32::NEG_INFINITY);
+            let size = c.scores.len() / g.n_group;
+            c.groups.clear();
+            c.groups.extend(c.scores.chunks_exact(size).map(|s| match g.score {
+                GroupScore::Max => s.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                GroupScore::SumTop2 => top2_sum(s),
+            }));
+            top_k(&c.groups, g.topk_group, &mut c.picked);
+            for (gi, s) in c.scores.chunks_exact_mut(size).enumerate() {
+                if !c.picked.contains(&gi) {
+                    s.fill(f32::NEG_INFINITY);
                 }
             }
         }
-        top_k(choice, self.top_k)
+        top_k(&c.scores, self.top_k, &mut c.picked);
     }
 
     /// For each expert with routed slots: its tokens' rows through its MLP in one batch, each
@@ -393,13 +402,25 @@ impl SparseMoe {
 }
 
 /// The indices of the `k` largest values, highest first (the lower index on ties).
-fn top_k(x: &[f32], k: usize) -> Vec<usize> {
-    let mut picked: Vec<usize> = Vec::with_capacity(k);
+fn top_k(x: &[f32], k: usize, picked: &mut Vec<usize>) {
+    picked.clear();
     for _ in 0..k.min(x.len()) {
         let best = (0..x.len()).filter(|i| !picked.contains(i)).reduce(|b, i| if x[i] > x[b] { i } else { b });
         picked.extend(best);
     }
-    picked
+}
+
+/// The largest value plus the second largest (torch's `topk(2).sum()`).
+fn top2_sum(x: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in x {
+        if v > a {
+            (a, b) = (v, a);
+        } else if v > b {
+            b = v;
+        }
+    }
+    a + b
 }
 
 #[cfg(test)]
