@@ -51,6 +51,10 @@ def make(arch, out_root):
                 p.copy_(STD / config.hidden_size ** 0.5 * noise)
             else:
                 p.copy_(STD * noise)
+        for name, b in model.named_buffers():
+            # DeepSeek-V3's router bias is a buffer; zeros would leave it untested.
+            if name.endswith('e_score_correction_bias'):
+                b.copy_(0.2 * torch.randn(b.shape, generator=gen, dtype=torch.float32))
     model.eval()
     out = os.path.join(out_root, arch)
     os.makedirs(out, exist_ok=True)

@@ -35,6 +35,15 @@ impl KvCacheSpec {
         }
     }
 
+    /// Elements one position keeps in the K rows and in the V rows of its tensor: MLA keeps
+    /// its latent and rope key as one K row and no V (attention reads values from K's rows).
+    pub fn row_elements(&self) -> [usize; 2] {
+        match *self {
+            KvCacheSpec::Mla { .. } => [self.elements_per_token(), 0],
+            _ => [self.elements_per_token() / 2; 2],
+        }
+    }
+
     /// Elements of one block of `block_size` positions for one layer.
     pub fn page_elements(&self, block_size: usize) -> usize {
         block_size * self.elements_per_token()

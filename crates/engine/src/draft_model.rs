@@ -52,8 +52,7 @@ struct Round {
 impl Drafter {
     /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids).
     pub fn new(model: Box<dyn Model>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
-        let i = model.info();
-        let kv = KvCache::new(i.num_layers, num_blocks, block_size, i.num_kv_heads, i.head_dim, dtype);
+        let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype);
         Drafter { model, kv, ws: Workspace::default(), logits: Vec::new(), k, states: HashMap::new() }
     }
 

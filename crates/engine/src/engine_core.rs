@@ -172,11 +172,7 @@ impl EngineCore {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let layout = kv_cache_layout(model.as_ref(), config.block_size, !config.disable_hybrid_kv_cache_manager);
-        if let Some(g) = layout
-            .groups
-            .iter()
-            .find(|g| !matches!(g.spec, KvCacheSpec::FullAttention { .. } | KvCacheSpec::SlidingWindow { .. }))
-        {
+        if let Some(g) = layout.groups.iter().find(|g| !g.spec.is_paged()) {
             return Err(EngineError::InvalidRequest(format!("layers with a {:?} cache are not supported yet", g.spec)));
         }
         let blocks_needed =

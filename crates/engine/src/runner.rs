@@ -108,8 +108,14 @@ impl FlatBatch {
 
 impl ModelRunner {
     pub fn new(model: Box<dyn Model>, c: &EngineConfig, layout: &KvCacheLayout) -> Self {
-        // Elements per position of each tensor's K (and of its V): half of a page's per token.
-        let rows: Vec<usize> = layout.tensor_page_elements.iter().map(|e| e / c.block_size / 2).collect();
+        // Elements per position of each paged tensor's K and V rows, from a layer that uses it.
+        let mut rows = vec![[0; 2]; layout.tensor_page_elements.len()];
+        for (layer, &t) in layout.layer_tensor.iter().enumerate() {
+            let spec = layout.groups[layout.layer_group[layer]].spec;
+            if spec.is_paged() {
+                rows[t] = spec.row_elements();
+            }
+        }
         let kv = KvCache::with_layout(
             c.num_blocks,
             c.block_size,

@@ -87,24 +87,25 @@ impl KvCache {
     ) -> Self {
         let row = num_kv_heads * head_dim;
         let layers: Vec<usize> = (0..num_layers).collect();
-        KvCache::with_layout(num_blocks, block_size, dtype, &vec![row; num_layers], &layers, &vec![0; num_layers])
+        KvCache::with_layout(num_blocks, block_size, dtype, &vec![[row; 2]; num_layers], &layers, &vec![0; num_layers])
     }
 
-    /// Tensors of `tensor_rows[i]` elements per position (K, and as many for V); layer `l`
-    /// reads and writes tensor `layer_tensor[l]` with the block tables of group `layer_group[l]`.
+    /// Tensors of `tensor_rows[i]` = `[K, V]` elements per position (V 0 for multi-head latent
+    /// attention, whose values are read from the K rows); layer `l` reads and writes tensor
+    /// `layer_tensor[l]` with the block tables of group `layer_group[l]`.
     pub fn with_layout(
         num_blocks: usize,
         block_size: usize,
         dtype: KvDtype,
-        tensor_rows: &[usize],
+        tensor_rows: &[[usize; 2]],
         layer_tensor: &[usize],
         layer_group: &[usize],
     ) -> Self {
         let tensors = tensor_rows
             .iter()
-            .map(|row| {
-                let n = num_blocks * block_size * row * dtype.size();
-                LayerKvCache { k: vec![0; n], v: vec![0; n], dtype }
+            .map(|[k, v]| {
+                let bytes = |row| num_blocks * block_size * row * dtype.size();
+                LayerKvCache { k: vec![0; bytes(k)], v: vec![0; bytes(v)], dtype }
             })
             .collect();
         KvCache {
@@ -127,14 +128,17 @@ impl KvCache {
         self.layer_group[layer]
     }
 
-    /// Writes the K/V rows of a batch (`[tokens × kv_heads × head_dim]`) into their slots.
+    /// Writes the K/V rows of a batch (`[tokens × kv_heads × head_dim]`) into their slots; `v`
+    /// empty for a tensor without V rows (multi-head latent attention).
     pub fn write(&mut self, layer: usize, slot_mapping: &[usize], k: &[f32], v: &[f32]) {
         let Some(row) = k.len().checked_div(slot_mapping.len()) else { return };
         let rb = row * self.dtype.size();
         let cache = &mut self.tensors[self.layer_tensor[layer]];
         for (t, &slot) in slot_mapping.iter().enumerate() {
             self.dtype.store(&mut cache.k[slot * rb..(slot + 1) * rb], &k[t * row..(t + 1) * row]);
-            self.dtype.store(&mut cache.v[slot * rb..(slot + 1) * rb], &v[t * row..(t + 1) * row]);
+            if !v.is_empty() {
+                self.dtype.store(&mut cache.v[slot * rb..(slot + 1) * rb], &v[t * row..(t + 1) * row]);
+            }
         }
     }
 }
@@ -235,6 +239,10 @@ fn run_tasks<const T: u8>(
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let esize = cache.dtype.size();
     let row_bytes = kv_row * esize;
+    // A cache without V rows (multi-head latent attention) takes the values from the K rows:
+    // each head's output is then the weighted sum of its whole key rows, whose leading
+    // columns (the latent) are the values.
+    let values = if cache.v.is_empty() { &cache.k } else { &cache.v };
     pool::global().run(tasks.len(), &|ti| {
         let (s, ref kv_heads, c0, c1) = tasks[ti];
         let seq = &seqs[s];
@@ -258,7 +266,7 @@ fn run_tasks<const T: u8>(
                         q: &q[t * q_row + h0 * hd..],
                         // SAFETY: the cache holds this kv head's columns of every row.
                         k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
-                        v: unsafe { cache.v.as_ptr().add(kvh * hd * esize) },
+                        v: unsafe { values.as_ptr().add(kvh * hd * esize) },
                         row_bytes,
                         rows: (seq.block_table, block_size, first, pos),
                         // SAFETY: each (token, head) output row is written by exactly one task.
@@ -814,6 +822,38 @@ mod tests {
             done += len;
         }
         out
+    }
+
+    /// A cache without V rows (multi-head latent attention) takes the values from its K rows:
+    /// the same bits as a cache whose V rows are copies of K, on every tier and KV dtype.
+    #[test]
+    fn cache_without_v_reads_values_from_k() {
+        let (n, heads, hd, bs) = (21, 4, 40, 4);
+        let (q, k) = (rand_vec(n * heads * hd, 4), rand_vec(n * hd, 5));
+        let table: Vec<u32> = (0..n.div_ceil(bs) as u32).rev().collect();
+        let slots: Vec<usize> = (0..n).map(|p| slot_of(&table, bs, p)).collect();
+        let seq = [SeqAttention { query_start: 0, query_len: n, seq_len: n, block_table: &table }];
+        let params = AttentionParams {
+            num_heads: heads,
+            num_kv_heads: 1,
+            head_dim: hd,
+            scale: 0.3,
+            sliding_window: None,
+            softcap: None,
+        };
+        for dtype in [KvDtype::F32, KvDtype::Bf16] {
+            let mut latent = KvCache::with_layout(table.len(), bs, dtype, &[[hd, 0]], &[0], &[0]);
+            latent.write(0, &slots, &k, &[]);
+            assert!(latent.layer(0).v.is_empty());
+            let mut copied = KvCache::new(1, table.len(), bs, 1, hd, dtype);
+            copied.write(0, &slots, &k, &k);
+            for tier in crate::isa::Tier::available() {
+                let (mut a, mut b) = (vec![0f32; n * heads * hd], vec![0f32; n * heads * hd]);
+                paged_attention_on(tier, &q, latent.layer(0), bs, &seq, &params, &mut a);
+                paged_attention_on(tier, &q, copied.layer(0), bs, &seq, &params, &mut b);
+                assert_eq!(a, b, "{tier:?} {dtype:?}");
+            }
+        }
     }
 
     /// Every KV dtype and tier, and head sizes with and without register-resident kernels:

@@ -1,6 +1,6 @@
 //! Developer tool: greedy-decode from token ids with a contiguous cache.
 //! `cargo run --example greedy -- MODEL N ID...`
-use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
+use vllm_rs_kernels::attention::{KvDtype, SeqAttention};
 use vllm_rs_models::{ForwardBatch, GroupBatch};
 
 fn main() {
@@ -11,7 +11,7 @@ fn main() {
     let info = lm.model.info().clone();
     let bs = 16;
     let blocks = (ids.len() + n).div_ceil(bs);
-    let mut kv = KvCache::new(info.num_layers, blocks, bs, info.num_kv_heads, info.head_dim, KvDtype::F32);
+    let mut kv = info.contiguous_kv_cache(blocks, bs, KvDtype::F32);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut done = 0;
     let t0 = std::time::Instant::now();

@@ -104,19 +104,35 @@ impl Checkpoint {
         let row_bytes = w.bytes().len() / rows;
         let mut start = 0;
         for (part, n) in parts {
-            let range = start * row_bytes..(start + n) * row_bytes;
-            let storage = match &w.storage {
-                Storage::Mapped(map, r) => Storage::Mapped(map.clone(), r.start + range.start..r.start + range.end),
-                Storage::Owned(bytes) => Storage::Owned(Arc::new(bytes[range].to_vec())),
-            };
             let (r, c) = if w.rows == 1 { (1, *n) } else { (*n, cols) };
-            let piece =
-                Weight::new(w.ty, r, c, storage).map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
+            let piece = slice(&w, start * row_bytes..(start + n) * row_bytes, r, c)
+                .map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
             self.tensors.insert(part.clone(), (piece, file.clone()));
             start += n;
         }
         self.tensors.remove(name);
         Ok(())
+    }
+
+    /// The `experts` matrices (`rows × cols` each) stacked in the 3-D tensor `name` (GGUF's
+    /// `*_exps`, `[experts, rows, cols]`), as views of its bytes, not copies.
+    pub fn experts(&self, name: &str, experts: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {
+        let (w, file) = self.get(name)?;
+        if w.cols != cols || w.rows != experts * rows {
+            return Err(Error::file(
+                file,
+                format!(
+                    "tensor {name} holds {} rows of {}, expected {experts} experts of [{rows}, {cols}] (config: \
+                     num_experts = {experts})",
+                    w.rows, w.cols
+                ),
+            ));
+        }
+        let bytes = rows * w.row_bytes();
+        (0..experts)
+            .map(|e| slice(w, e * bytes..(e + 1) * bytes, rows, cols))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| Error::file(file, format!("tensor {name}: {e}")))
     }
 
     /// Stores the tensor `name` transposed, as f32: GPT-2's `Conv1D` keeps its weights
@@ -141,4 +157,14 @@ impl Checkpoint {
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
         self.tensors.get(name).ok_or_else(|| Error::file(&self.origin, format!("tensor {name} is missing")))
     }
+}
+
+/// The bytes `range` of `w` as a `rows × cols` weight: a window of the same map, or a copy of
+/// an owned buffer.
+fn slice(w: &Weight, range: std::ops::Range<usize>, rows: usize, cols: usize) -> std::result::Result<Weight, String> {
+    let storage = match &w.storage {
+        Storage::Mapped(map, r) => Storage::Mapped(map.clone(), r.start + range.start..r.start + range.end),
+        Storage::Owned(bytes) => Storage::Owned(Arc::new(bytes[range].to_vec())),
+    };
+    Weight::new(w.ty, rows, cols, storage)
 }

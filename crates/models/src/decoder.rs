@@ -9,19 +9,62 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
 use crate::error::Result;
-use crate::layers::{Attention, Embedding, Linear, RmsNorm};
+use crate::layers::{Attention, AttentionBuffers, Embedding, Linear, RmsNorm};
+use crate::mla::MlaAttention;
 use crate::mlp::FeedForward;
 use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
 use crate::norm::Norm;
 use serde_json::Value;
+use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::Weight;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache};
 use vllm_rs_kernels::matmul::matmul;
 use vllm_rs_kernels::ops::RopeTable;
 
+/// A layer's token mixer: attention over paged K/V, or multi-head latent attention over the
+/// compressed latents.
+pub enum Mixer {
+    Attention(Attention),
+    Mla(MlaAttention),
+}
+
+impl From<Attention> for Mixer {
+    fn from(a: Attention) -> Self {
+        Mixer::Attention(a)
+    }
+}
+
+impl Mixer {
+    /// What this layer caches per request.
+    pub fn kv_cache_spec(&self) -> KvCacheSpec {
+        match self {
+            Mixer::Attention(a) => a.kv_cache_spec(),
+            Mixer::Mla(a) => a.kv_cache_spec(),
+        }
+    }
+
+    /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        x: &[f32],
+        batch: &ForwardBatch,
+        rope: &RopeTable,
+        kv: &mut KvCache,
+        layer: usize,
+        ws: &mut AttentionBuffers,
+        out: &mut Vec<f32>,
+    ) {
+        match self {
+            Mixer::Attention(a) => a.forward(x, batch, rope, kv, layer, ws, out),
+            Mixer::Mla(a) => a.forward(x, batch, rope, kv, layer, ws, out),
+        }
+    }
+}
+
 pub struct DecoderLayer {
     pub input_norm: Norm,
-    pub self_attn: Attention,
+    pub self_attn: Mixer,
     /// Applied to the attention output before the residual add (Gemma).
     pub post_attn_norm: Option<Norm>,
     pub pre_mlp_norm: Norm,
@@ -112,7 +155,7 @@ impl Model for DecoderModel {
                 norm.forward(&mut ws.y);
             }
             layer.pre_mlp_norm.add_forward(&mut ws.h, &ws.y, &mut ws.x);
-            layer.mlp.forward(&ws.x, n, &mut ws.gate, &mut ws.up, &mut ws.y);
+            layer.mlp.forward(&ws.x, n, [&mut ws.gate, &mut ws.up], &mut ws.moe, &mut ws.y);
             if let Some(norm) = &layer.post_mlp_norm {
                 norm.forward(&mut ws.y);
             }

@@ -145,7 +145,7 @@ pub fn load_gemma(ck: &Checkpoint, config: &Value, v: GemmaVariant) -> Result<De
         let n = |name: &str| norm(&format!("{p}.{name}"), hidden).map(Norm::Rms);
         layers.push(DecoderLayer {
             input_norm: n("input_layernorm")?,
-            self_attn,
+            self_attn: self_attn.into(),
             post_attn_norm: Some(n("post_attention_layernorm")?),
             pre_mlp_norm: n("pre_feedforward_layernorm")?,
             mlp: FeedForward::Gated(GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?),

@@ -102,7 +102,8 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         let params = full_attention(g.n_head, g.n_head, hd);
         layers.push(DecoderLayer {
             input_norm: norm(&format!("{p}.ln_1"))?,
-            self_attn: load_attention(ck, &format!("{p}.attn"), hidden, params, (true, true), [None, None], false)?,
+            self_attn: load_attention(ck, &format!("{p}.attn"), hidden, params, (true, true), [None, None], false)?
+                .into(),
             post_attn_norm: None,
             pre_mlp_norm: norm(&format!("{p}.ln_2"))?,
             mlp: FeedForward::Plain(Mlp {

@@ -132,7 +132,7 @@ impl Attention {
     ) {
         let n = batch.num_tokens();
         let hd = self.params.head_dim;
-        let AttentionBuffers { q, k, v, attn } = ws;
+        let AttentionBuffers { q, k, v, attn, .. } = ws;
         Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], x, n, [q, k, v]);
         if let Some(norm) = &self.q_norm {
             norm.forward(q);
@@ -163,6 +163,8 @@ pub struct AttentionBuffers {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
     pub attn: Vec<f32>,
+    /// The per-head projections of multi-head latent attention.
+    pub mla: crate::mla::MlaBuffers,
 }
 
 /// Copies the rows of `hidden` that need logits into `out`.

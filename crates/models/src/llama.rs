@@ -6,22 +6,23 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, lm_head, load_attention, model_info};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, lm_head, load_attention, model_info};
 use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
 use crate::layers::{Embedding, RmsNorm};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
 use serde::Deserialize;
 use serde_json::Value;
 use vllm_rs_kernels::attention::AttentionParams;
-use vllm_rs_kernels::ops;
+use vllm_rs_kernels::{Weight, ops};
 
 pub const LLAMA: ArchSpec = ArchSpec {
     hf_class: "LlamaForCausalLM",
     gguf_arch: Some("llama"),
     load: |ck, c| load(ck, c, Variant { gguf_qk_permuted: true, ..Default::default() }),
     gguf_modules: &[],
-    gguf_config: None,
+    gguf_config: Some(mixtral_from_gguf),
     tiny: TinySpec {
         name: "llama",
         config_class: "LlamaConfig",
@@ -67,6 +68,15 @@ pub const QWEN3: ArchSpec = ArchSpec {
     },
 };
 
+/// llama.cpp writes Mixtral as `llama` with experts: such a file loads as `MixtralForCausalLM`.
+fn mixtral_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
+    if g.get_u64("llama.expert_count").is_some_and(|n| n > 0) {
+        c["architectures"] = serde_json::json!([crate::mixtral::MIXTRAL.hf_class]);
+        crate::moe::config_from_gguf(g, c, true)?;
+    }
+    Ok(())
+}
+
 /// What distinguishes the members of the family.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Variant {
@@ -74,6 +84,8 @@ pub struct Variant {
     pub qkv_bias: bool,
     /// Per-head RMSNorm on Q and K before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// RMSNorm over the whole Q and K projections instead, across heads (OLMoE).
+    pub qk_norm_whole: bool,
     /// llama.cpp stores this architecture's Q/K rows permuted so RoPE pairs are adjacent
     /// (true for llama only); we then rotate interleaved pairs instead of copying the weights.
     pub gguf_qk_permuted: bool,
@@ -93,7 +105,22 @@ fn silu() -> String {
     "silu".into()
 }
 
-pub fn load(ck: &Checkpoint, config: &Value, mut variant: Variant) -> Result<DecoderModel> {
+pub fn load(ck: &Checkpoint, config: &Value, variant: Variant) -> Result<DecoderModel> {
+    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let inter = c.intermediate_size;
+    load_with(ck, config, variant, |_, prefix, act| {
+        Ok(FeedForward::Gated(GatedMlp::load(ck, &format!("{prefix}.mlp"), c.hidden_size, inter, act)?))
+    })
+}
+
+/// [`load`] with each layer's feed-forward block built by `mlp(layer, its prefix, activation)`
+/// (the mixture-of-experts families).
+pub fn load_with(
+    ck: &Checkpoint,
+    config: &Value,
+    mut variant: Variant,
+    mlp: impl Fn(usize, &str, Activation) -> Result<FeedForward>,
+) -> Result<DecoderModel> {
     let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     c.validate()?;
     let extra: LlamaExtra = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
@@ -111,7 +138,10 @@ pub fn load(ck: &Checkpoint, config: &Value, mut variant: Variant) -> Result<Dec
     for i in 0..c.num_hidden_layers {
         let p = format!("model.layers.{i}");
         let a = format!("{p}.self_attn");
-        let qk_norm = |name: &str| variant.qk_norm.then(|| norm(&format!("{a}.{name}"), hd)).transpose();
+        let qk_norm = |name: &str, heads: usize| {
+            let dim = if variant.qk_norm_whole { heads * hd } else { hd };
+            (variant.qk_norm || variant.qk_norm_whole).then(|| norm(&format!("{a}.{name}"), dim)).transpose()
+        };
         let params = AttentionParams {
             num_heads: c.num_attention_heads,
             num_kv_heads: c.num_kv_heads(),
@@ -120,29 +150,55 @@ pub fn load(ck: &Checkpoint, config: &Value, mut variant: Variant) -> Result<Dec
             sliding_window: None,
             softcap: None,
         };
-        let qk_norms = [qk_norm("q_norm")?, qk_norm("k_norm")?];
+        let qk_norms = [qk_norm("q_norm", c.num_attention_heads)?, qk_norm("k_norm", c.num_kv_heads())?];
         let interleaved = ck.format == Format::Gguf && variant.gguf_qk_permuted;
         let bias = (variant.qkv_bias, extra.attention_bias);
         let self_attn = load_attention(ck, &a, hidden, params, bias, qk_norms, interleaved)?;
-        layers.push(DecoderLayer {
-            input_norm: Norm::Rms(norm(&format!("{p}.input_layernorm"), hidden)?),
-            self_attn,
-            post_attn_norm: None,
-            pre_mlp_norm: Norm::Rms(norm(&format!("{p}.post_attention_layernorm"), hidden)?),
-            mlp: FeedForward::Gated(GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, act)?),
-            post_mlp_norm: None,
-            rope: 0,
-        });
+        layers.push(pre_norm_layer(ck, &p, &c, self_attn.into(), mlp(i, &p, act)?)?);
     }
+    pre_norm_model(ck, config, &c, embed, layers, hd)
+}
+
+/// A Llama-style layer: RMSNorms `{prefix}.input_layernorm` before the mixer and
+/// `{prefix}.post_attention_layernorm` before the feed-forward block.
+pub fn pre_norm_layer(
+    ck: &Checkpoint,
+    prefix: &str,
+    c: &CommonConfig,
+    mixer: Mixer,
+    mlp: FeedForward,
+) -> Result<DecoderLayer> {
+    let norm = |name: &str| RmsNorm::load(ck, &format!("{prefix}.{name}"), c.hidden_size, c.rms_norm_eps, 0.0);
+    Ok(DecoderLayer {
+        input_norm: Norm::Rms(norm("input_layernorm")?),
+        self_attn: mixer,
+        post_attn_norm: None,
+        pre_mlp_norm: Norm::Rms(norm("post_attention_layernorm")?),
+        mlp,
+        post_mlp_norm: None,
+        rope: 0,
+    })
+}
+
+/// A Llama-style model around `layers`: unscaled embeddings, the RMSNorm `model.norm`, the
+/// (optionally tied) head, one rotary table over `rope_dim`.
+pub fn pre_norm_model(
+    ck: &Checkpoint,
+    config: &Value,
+    c: &CommonConfig,
+    embed: Weight,
+    layers: Vec<DecoderLayer>,
+    rope_dim: usize,
+) -> Result<DecoderModel> {
     Ok(DecoderModel {
-        info: model_info(config, &c, &layers)?,
-        lm_head: lm_head(ck, &c, &embed)?,
+        info: model_info(config, c, &layers)?,
+        lm_head: lm_head(ck, c, &embed)?,
         embed_tokens: Embedding { weight: embed },
         embed_scale: 1.0,
         embed_positions: None,
         layers,
-        norm: Norm::Rms(norm("model.norm", hidden)?),
+        norm: Norm::Rms(RmsNorm::load(ck, "model.norm", c.hidden_size, c.rms_norm_eps, 0.0)?),
         final_logit_softcap: None,
-        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, hd)],
+        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
     })
 }

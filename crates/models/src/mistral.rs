@@ -4,7 +4,7 @@
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
-use crate::decoder::DecoderModel;
+use crate::decoder::{DecoderModel, Mixer};
 use crate::error::Result;
 use crate::llama::{self, Variant};
 use serde_json::Value;
@@ -28,10 +28,17 @@ pub const MISTRAL: ArchSpec = ArchSpec {
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     let mut m = llama::load(ck, config, Variant::default())?;
+    apply_sliding_window(&mut m, config);
+    Ok(m)
+}
+
+/// Gives every layer the config's `sliding_window`, if it sets one (Mistral, Mixtral).
+pub fn apply_sliding_window(m: &mut DecoderModel, config: &Value) {
     let window = config.get("sliding_window").and_then(Value::as_u64).map(|w| w as usize);
     for layer in &mut m.layers {
-        layer.self_attn.params.sliding_window = window;
+        if let Mixer::Attention(a) = &mut layer.self_attn {
+            a.params.sliding_window = window;
+        }
     }
     m.info.kv_cache_specs = m.layers.iter().map(|l| l.self_attn.kv_cache_spec()).collect();
-    Ok(m)
 }

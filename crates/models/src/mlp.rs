@@ -4,6 +4,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::layers::Linear;
+use crate::moe::{MoeBuffers, SparseMoe};
 use vllm_rs_kernels::ops;
 
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))`, as `ops::gelu_tanh_mul` computes it.
@@ -110,14 +111,23 @@ impl Mlp {
 pub enum FeedForward {
     Gated(GatedMlp),
     Plain(Mlp),
+    Moe(Box<SparseMoe>),
 }
 
 impl FeedForward {
-    /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
-    pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
+    /// Writes `m × hidden` into `out`, using `gate` and `up` (and `moe`) as scratch.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        m: usize,
+        [gate, up]: [&mut Vec<f32>; 2],
+        moe: &mut MoeBuffers,
+        out: &mut Vec<f32>,
+    ) {
         match self {
             FeedForward::Gated(mlp) => mlp.forward(x, m, gate, up, out),
             FeedForward::Plain(mlp) => mlp.forward(x, m, gate, out),
+            FeedForward::Moe(block) => block.forward(x, m, moe, out),
         }
     }
 }

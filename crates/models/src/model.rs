@@ -2,9 +2,10 @@
 
 use crate::batch::ForwardBatch;
 use crate::layers::{AttentionBuffers, gather_rows};
+use crate::moe::MoeBuffers;
 use std::cell::RefCell;
 use vllm_rs_core::KvCacheSpec;
-use vllm_rs_kernels::attention::KvCache;
+use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::ops::RopeTable;
 
 /// Shape facts the engine needs to size the KV cache and validate requests.
@@ -21,6 +22,16 @@ pub struct ModelInfo {
     /// What each layer caches per request (one entry per layer): the engine groups layers by
     /// it and sizes the cache from it.
     pub kv_cache_specs: Vec<KvCacheSpec>,
+}
+
+impl ModelInfo {
+    /// A KV cache of `num_blocks` blocks for one KV cache group: a tensor per layer, sized by
+    /// the layer's spec (tests and tools; the engine lays out its own from the groups).
+    pub fn contiguous_kv_cache(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvCache {
+        let rows: Vec<[usize; 2]> = self.kv_cache_specs.iter().map(|s| s.row_elements()).collect();
+        let layers: Vec<usize> = (0..rows.len()).collect();
+        KvCache::with_layout(num_blocks, block_size, dtype, &rows, &layers, &vec![0; rows.len()])
+    }
 }
 
 /// What a forward pass starts from: token ids to embed, or embeddings given by the caller
@@ -44,6 +55,8 @@ pub struct Workspace {
     pub attention: AttentionBuffers,
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
+    /// Scratch of the mixture-of-experts blocks.
+    pub moe: MoeBuffers,
     /// One rotary table per rotary base the model uses (Gemma's local and global layers).
     pub ropes: Vec<RopeTable>,
     /// Hidden states of the rows that need logits.

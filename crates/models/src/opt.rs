@@ -131,7 +131,8 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
                 (true, true),
                 [None, None],
                 false,
-            )?,
+            )?
+            .into(),
             post_attn_norm: None,
             pre_mlp_norm: norm(ck, &format!("{p}.final_layer_norm"))?,
             mlp: FeedForward::Plain(Mlp {

@@ -17,6 +17,12 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::phi3::PHI3,
     &crate::gpt2::GPT2,
     &crate::opt::OPT,
+    &crate::qwen3_moe::QWEN3_MOE,
+    &crate::mixtral::MIXTRAL,
+    &crate::olmoe::OLMOE,
+    &crate::qwen2_moe::QWEN2_MOE,
+    &crate::deepseek_v2::DEEPSEEK_V2,
+    &crate::deepseek_v3::DEEPSEEK_V3,
 ];
 
 /// The spec of an HF class name.

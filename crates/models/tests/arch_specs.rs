@@ -67,6 +67,7 @@ fn specs_are_unique() {
 fn gguf_tensor_names() {
     let llama = by_gguf_arch("llama").unwrap();
     let gemma = by_gguf_arch("gemma3").unwrap();
+    let qwen2moe = by_gguf_arch("qwen2moe").unwrap();
     let cases = [
         (llama, "token_embd.weight", "model.embed_tokens.weight"),
         (llama, "output.weight", "lm_head.weight"),
@@ -77,6 +78,9 @@ fn gguf_tensor_names() {
         // Experts: one 3-D tensor per projection.
         (llama, "blk.2.ffn_gate_exps.weight", "model.layers.2.mlp.experts.gate_proj.weight"),
         (llama, "blk.2.ffn_down_exps.weight", "model.layers.2.mlp.experts.down_proj.weight"),
+        (qwen2moe, "blk.1.ffn_gate_inp.weight", "model.layers.1.mlp.gate.weight"),
+        (qwen2moe, "blk.1.ffn_up_shexp.weight", "model.layers.1.mlp.shared_expert.up_proj.weight"),
+        (qwen2moe, "blk.1.ffn_gate_inp_shexp.weight", "model.layers.1.mlp.shared_expert_gate.weight"),
     ];
     for (spec, gguf, hf) in cases {
         assert_eq!(spec.hf_tensor_name(gguf).as_deref(), Some(hf), "{} {gguf}", spec.hf_class);

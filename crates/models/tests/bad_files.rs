@@ -5,7 +5,7 @@
 mod common;
 
 use common::files::{
-    Gguf, Kv, Tensor, copy_model_dir, read_safetensors, scratch_dir, tiny_llama_gguf, write_safetensors,
+    Gguf, Kv, Tensor, copy_model_dir, read_safetensors, scratch_dir, tiny_gguf, tiny_llama_gguf, write_safetensors,
 };
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -195,5 +195,76 @@ fn opt_variants_not_built_are_refused() {
         bad[key] = value;
         std::fs::write(&cfg, bad.to_string()).unwrap();
         expect_err(&d, &cfg, &[key, "not supported"]);
+    }
+}
+
+#[test]
+fn bad_moe_checkpoints_and_configs() {
+    // A missing expert, in Qwen's names and in Mixtral's.
+    for (arch, gone) in [
+        ("qwen3_moe", "model.layers.1.mlp.experts.5.up_proj.weight"),
+        ("mixtral", "model.layers.0.block_sparse_moe.experts.3.w2.weight"),
+    ] {
+        let d = scratch_dir(&format!("{arch}-missing-expert"));
+        copy_model_dir(&tiny(arch), &d);
+        let mut t = read_safetensors(&d.join("model.safetensors"));
+        t.retain(|t| t.name != gone);
+        write_safetensors(&d.join("model.safetensors"), &t);
+        expect_err(&d, &d, &[gone, "missing"]);
+    }
+
+    // A 3-D expert tensor holding 7 experts where the metadata says 8.
+    let mut g = tiny_gguf(&tiny("qwen3_moe"), "qwen3moe");
+    let t = g.tensors.iter_mut().find(|t| t.0 == "blk.0.ffn_up_exps.weight").unwrap();
+    assert_eq!(t.1[2], 8);
+    t.1[2] = 7;
+    t.3.truncate(t.3.len() / 8 * 7);
+    let p = gguf_file("gguf-expert-count", &g);
+    expect_err(&p, &p, &["model.layers.0.mlp.experts.up_proj.weight", "expected 8 experts", "num_experts = 8"]);
+
+    // More experts per token than there are; a missing expert count; OLMoE's clip_qkv.
+    let d = scratch_dir("moe-config");
+    copy_model_dir(&tiny("olmoe"), &d);
+    let cfg = d.join("config.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    for (key, value, words) in [
+        ("num_experts_per_tok", json!(9), &["num_experts_per_tok (9)", "number of experts (8)"][..]),
+        ("num_experts", serde_json::Value::Null, &["num_experts"][..]),
+        ("clip_qkv", json!(8.0), &["clip_qkv", "not supported"][..]),
+    ] {
+        let mut bad = v.clone();
+        bad[key] = value;
+        std::fs::write(&cfg, bad.to_string()).unwrap();
+        expect_err(&d, &cfg, words);
+    }
+}
+
+#[test]
+fn deepseek_v2_configs_not_built_are_refused() {
+    let d = scratch_dir("deepseek-config");
+    copy_model_dir(&tiny("deepseek_v2"), &d);
+    let cfg = d.join("config.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    for (key, value, words) in [
+        ("topk_method", json!("noaux_tc"), &["topk_method", "noaux_tc"][..]),
+        ("n_group", json!(3), &["n_group (3)"][..]),
+        ("moe_layer_freq", json!(2), &["moe_layer_freq"][..]),
+        ("norm_topk_prob", json!(true), &["norm_topk_prob"][..]),
+        ("kv_lora_rank", serde_json::Value::Null, &["kv_lora_rank"][..]),
+        (
+            "rope_parameters",
+            json!({"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0}),
+            &["dynamic", "only yarn"][..],
+        ),
+        (
+            "rope_parameters",
+            json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}),
+            &["original_max_position_embeddings"][..],
+        ),
+    ] {
+        let mut bad = v.clone();
+        bad[key] = value;
+        std::fs::write(&cfg, bad.to_string()).unwrap();
+        expect_err(&d, &cfg, words);
     }
 }

@@ -112,3 +112,33 @@ fn gpt2() {
 fn opt() {
     check_arch("opt", "OPTForCausalLM");
 }
+
+#[test]
+fn qwen3_moe() {
+    check_arch("qwen3_moe", "Qwen3MoeForCausalLM");
+}
+
+#[test]
+fn mixtral() {
+    check_arch("mixtral", "MixtralForCausalLM");
+}
+
+#[test]
+fn olmoe() {
+    check_arch("olmoe", "OlmoeForCausalLM");
+}
+
+#[test]
+fn qwen2_moe() {
+    check_arch("qwen2_moe", "Qwen2MoeForCausalLM");
+}
+
+#[test]
+fn deepseek_v2() {
+    check_arch("deepseek_v2", "DeepseekV2ForCausalLM");
+}
+
+#[test]
+fn deepseek_v3() {
+    check_arch("deepseek_v3", "DeepseekV3ForCausalLM");
+}

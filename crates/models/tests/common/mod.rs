@@ -41,7 +41,7 @@ fn slot(table: &[u32], pos: usize) -> usize {
 
 fn new_cache(model: &dyn Model, blocks: usize) -> KvCache {
     let info = model.info();
-    KvCache::new(info.num_layers, blocks, BLOCK_SIZE, info.num_kv_heads, info.head_dim, KvDtype::F32)
+    info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32)
 }
 
 /// Greedy-decodes `n_new` tokens after `prompt` (EOS ignored). The prompt is prefilled in chunks of

@@ -1,0 +1,158 @@
+//! `DeepseekV2ForCausalLM`, after transformers' `modeling_deepseek_v2.py`: multi-head latent
+//! attention (`mla.rs`; the compressed latent is what the KV cache holds), the first
+//! `first_k_dense_replace` layers with a dense SwiGLU MLP and the rest with a sparse MoE block:
+//! softmax routing, `greedy` or `group_limited_greedy` top-k, weights times
+//! `routed_scaling_factor`, plus `n_shared_experts` always-on experts (no gate). Safetensors only
+//! for now. Rotary embeddings over the `qk_rope_head_dim` part, interleaved pairs, YaRN-scaled
+//! where the config says so (the real checkpoints' long context).
+
+use crate::arch::{ArchSpec, TinySpec};
+use crate::checkpoint::Checkpoint;
+use crate::config::CommonConfig;
+use crate::decoder::{DecoderModel, Mixer};
+use crate::error::{Error, Result};
+use crate::llama::{pre_norm_layer, pre_norm_model};
+use crate::mla::{self, MlaAttention};
+use crate::mlp::{Activation, FeedForward};
+use crate::moe::{self, GroupLimit, GroupScore, MOE_NAMES, MoeConfig, Scoring, SharedExpert};
+use crate::yarn::Yarn;
+use serde_json::Value;
+use vllm_rs_kernels::ops;
+
+pub const DEEPSEEK_V2: ArchSpec = ArchSpec {
+    hf_class: "DeepseekV2ForCausalLM",
+    gguf_arch: None,
+    load,
+    gguf_modules: &[],
+    gguf_config: None,
+    tiny: TinySpec {
+        name: "deepseek_v2",
+        config_class: "DeepseekV2Config",
+        seed: 114,
+        config: r#"{"num_hidden_layers": 3, "intermediate_size": 96, "num_key_value_heads": 4,
+            "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+            "n_routed_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 32, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2,
+            "routed_scaling_factor": 1.5, "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "max_position_embeddings": 256,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32, "beta_slow": 1}}"#,
+        norm_center: 1.0,
+        scaled_embed: false,
+    },
+};
+
+/// What differs between DeepSeek-V2 and V3 in transformers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// Softmax scores; `greedy` or `group_limited_greedy` (groups by their best expert);
+    /// interleaved rotary pairs.
+    V2,
+    /// Sigmoid scores, experts chosen with `e_score_correction_bias` added, groups by their best
+    /// two (`noaux_tc`), `norm_topk_prob` (default true); rotary pairs interleaved unless
+    /// `rope_interleave` is false.
+    V3,
+}
+
+fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    load_deepseek(ck, config, Version::V2)
+}
+
+pub fn load_deepseek(ck: &Checkpoint, config: &Value, version: Version) -> Result<DecoderModel> {
+    let mut c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let scaling = c.rope_scaling.take().filter(|s| !s.is_null());
+    c.validate()?;
+    let hidden = c.hidden_size;
+    let mut shape = mla::shape_from_config(config, c.num_attention_heads)?;
+    if version == Version::V3 {
+        shape.rope_interleaved = config.get("rope_interleave").and_then(Value::as_bool).unwrap_or(true);
+    }
+    let inv_freq = match scaling {
+        None => ops::rope_inv_freq(c.rope_theta, shape.qk_rope_head_dim),
+        Some(s) if s.get("rope_type").or(s.get("type")).and_then(Value::as_str) == Some("yarn") => {
+            let y = Yarn::from_params(&s, c.rope_theta, shape.qk_rope_head_dim)?;
+            shape.scale *= y.softmax_scale;
+            shape.rope_factor = y.attention_factor;
+            y.inv_freq
+        }
+        Some(s) => return Err(Error::msg(format!("config: rope_scaling {s} is not supported (only yarn)"))),
+    };
+    let ffn = feed_forward(ck, config, hidden, version)?;
+    let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
+    let mut layers = Vec::with_capacity(c.num_hidden_layers);
+    for i in 0..c.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        let mla = MlaAttention::load(ck, &format!("{p}.self_attn"), hidden, shape)?;
+        layers.push(pre_norm_layer(ck, &p, &c, Mixer::Mla(mla), ffn(i, &p, Activation::Silu)?)?);
+    }
+    let mut m = pre_norm_model(ck, config, &c, embed, layers, shape.qk_rope_head_dim)?;
+    m.rope_inv_freqs = vec![inv_freq];
+    Ok(m)
+}
+
+/// Layer `i`'s feed-forward block: dense below `first_k_dense_replace`, else the routed experts
+/// with DeepSeek's routing and the shared experts.
+fn feed_forward<'a>(
+    ck: &'a Checkpoint,
+    config: &Value,
+    hidden: usize,
+    version: Version,
+) -> Result<impl Fn(usize, &str, Activation) -> Result<FeedForward> + 'a> {
+    let get = |k: &str| config.get(k).filter(|v| !v.is_null());
+    let uint = |k: &str, default: usize| get(k).map_or(Ok(default), |_| moe::config_usize(config, k));
+    if let Some(f) = get("moe_layer_freq").filter(|f| f.as_u64() != Some(1)) {
+        return Err(Error::msg(format!("config: moe_layer_freq {f} is not supported (only 1)")));
+    }
+    if version == Version::V2 && get("norm_topk_prob").and_then(Value::as_bool) == Some(true) {
+        return Err(Error::msg("config: norm_topk_prob = true is not supported for DeepSeek-V2"));
+    }
+    let mut c = MoeConfig::parse(config, version == Version::V3)?;
+    c.mlp_only_layers = (0..uint("first_k_dense_replace", 0)?).collect();
+    let method = get("topk_method").and_then(Value::as_str);
+    let score = match (version, method.unwrap_or(if version == Version::V2 { "greedy" } else { "noaux_tc" })) {
+        (Version::V2, "greedy") => None,
+        (Version::V2, "group_limited_greedy") => Some(GroupScore::Max),
+        (Version::V3, "noaux_tc") => Some(GroupScore::SumTop2),
+        (_, other) => return Err(Error::msg(format!("config: topk_method {other:?} is not supported"))),
+    };
+    let group_limit = match score {
+        None => None,
+        Some(score) => {
+            let g = GroupLimit { n_group: uint("n_group", 1)?, topk_group: uint("topk_group", 1)?, score };
+            if g.n_group == 0
+                || !c.num_experts.is_multiple_of(g.n_group)
+                || g.topk_group == 0
+                || g.topk_group > g.n_group
+            {
+                return Err(Error::msg(format!(
+                    "config: n_group ({}) must divide the {} experts and topk_group ({}) be between 1 and n_group",
+                    g.n_group, c.num_experts, g.topk_group
+                )));
+            }
+            Some(g)
+        }
+    };
+    let scale = get("routed_scaling_factor")
+        .map_or(Some(1.0), Value::as_f64)
+        .ok_or_else(|| Error::msg("config: routed_scaling_factor must be a number"))? as f32;
+    let expert_inter = moe::config_usize(config, "moe_intermediate_size")?;
+    let shared_inter = expert_inter * uint("n_shared_experts", 0)?;
+    let routed =
+        moe::layer_ffn(ck, c, MOE_NAMES, hidden, [moe::config_usize(config, "intermediate_size")?, expert_inter]);
+    Ok(move |i: usize, prefix: &str, act: Activation| {
+        let mut ffn = routed(i, prefix, act)?;
+        if let FeedForward::Moe(block) = &mut ffn {
+            block.routed_scaling_factor = scale;
+            block.group_limit = group_limit;
+            if version == Version::V3 {
+                block.scoring = Scoring::Sigmoid;
+                let n = block.experts.len();
+                block.correction_bias = Some(ck.vector(&format!("{prefix}.mlp.gate.e_score_correction_bias"), n)?);
+            }
+            if shared_inter > 0 {
+                let p = format!("{prefix}.mlp");
+                block.shared_expert = Some(SharedExpert::load(ck, &p, "shared_experts", hidden, shared_inter, None)?);
+            }
+        }
+        Ok(ffn)
+    })
+}
