@@ -9,6 +9,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod chat_output;
 pub mod config;
 pub mod connections;
 pub mod errors;
@@ -17,11 +18,15 @@ pub mod json_body;
 pub mod metrics;
 pub mod prompt;
 pub mod protocol;
+pub mod reasoning;
 pub mod routes;
 pub mod sampling;
 pub mod shutdown;
 pub mod sse;
 pub mod state;
+pub mod structured;
+pub mod tool_parsers;
+pub mod tools;
 
 pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;
