@@ -47,10 +47,25 @@ impl Server {
         s
     }
 
+    /// Starts the server on another model (`default_args` with its model replaced).
+    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
+        let s = Self::spawn_model(Some(model), extra, &[]);
+        s.wait_ready(Duration::from_secs(120));
+        s
+    }
+
     /// Starts the server and returns once it listens (the model may still be loading).
     pub fn spawn(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::spawn_model(None, extra, env)
+    }
+
+    fn spawn_model(model: Option<&std::path::Path>, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec!["serve".to_string()];
-        args.extend(default_args());
+        let mut defaults = default_args();
+        if let Some(m) = model {
+            defaults[0] = m.to_string_lossy().into_owned();
+        }
+        args.extend(defaults);
         args.extend(["--host", "127.0.0.1", "--port", "0"].map(String::from));
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vllm-rs"));
