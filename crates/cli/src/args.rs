@@ -108,7 +108,7 @@ pub struct ToolArgs {
     #[arg(long)]
     pub enable_auto_tool_choice: bool,
 
-    /// How the model writes tool calls: hermes (Qwen2.5, Hermes), llama3_json, mistral.
+    /// How the model writes tool calls: hermes (Qwen2.5, Hermes), llama3_json, mistral, pythonic.
     #[arg(long, value_name = "NAME")]
     pub tool_call_parser: Option<String>,
 

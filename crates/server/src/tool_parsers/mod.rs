@@ -7,6 +7,7 @@
 mod hermes;
 mod llama3_json;
 mod mistral;
+mod pythonic;
 
 use crate::tools::ToolCall;
 
@@ -37,11 +38,10 @@ pub trait ToolParser: Send + Sync {
 }
 
 /// The parsers this server has, by vLLM's names.
-pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral"];
+pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic"];
 
 /// vLLM's parser names that are not implemented here (refused at start with a clear message).
 const NOT_YET: &[&str] = &[
-    "pythonic",
     "qwen3_coder",
     "qwen3_xml",
     "deepseek_v3",
@@ -69,6 +69,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn ToolParser>, String> {
         "hermes" => Box::new(hermes::Hermes),
         "llama3_json" => Box::new(llama3_json::Llama3Json),
         "mistral" => Box::new(mistral::Mistral),
+        "pythonic" => Box::new(pythonic::Pythonic),
         n if NOT_YET.contains(&n) => {
             return Err(format!("tool call parser {n:?} is not implemented yet; available: {}", NAMES.join(", ")));
         }

@@ -58,6 +58,18 @@ fn cases() -> Vec<(&'static str, &'static str, Option<&'static str>, Vec<ParsedC
             Some("Sure."),
             vec![call("get_weather", r#"{"city": "Rome"}"#), call("now", "{}")],
         ),
+        (
+            "pythonic",
+            "[get_weather(city='San Francisco', metric=\"celsius\"), get_time(), \nadd(a=1, b=-2.5, opts={'x': [True, None]})]",
+            None,
+            vec![
+                call("get_weather", r#"{"city": "San Francisco", "metric": "celsius"}"#),
+                call("get_time", "{}"),
+                call("add", r#"{"a": 1, "b": -2.5, "opts": {"x": [true, null]}}"#),
+            ],
+        ),
+        ("pythonic", "The weather is [unknown].", Some("The weather is [unknown]."), vec![]),
+        ("pythonic", "[f(x='unclosed)]", Some("[f(x='unclosed)]"), vec![]),
     ]
 }
 
@@ -106,5 +118,5 @@ fn streaming_split_anywhere_gives_the_same_calls_and_content() {
 #[test]
 fn unknown_and_unimplemented_parsers_are_named() {
     assert!(by_name("nope").err().unwrap().contains("unknown tool call parser"));
-    assert!(by_name("pythonic").err().unwrap().contains("not implemented yet"));
+    assert!(by_name("qwen3_coder").err().unwrap().contains("not implemented yet"));
 }
