@@ -315,3 +315,10 @@ fn tool_and_reasoning_flags_are_checked_at_start() {
         assert!(err.contains(says), "{flags:?}: {err}");
     }
 }
+
+#[test]
+fn priority_is_taken_under_the_priority_policy() {
+    let s = Server::start(&["--scheduling-policy", "priority"]);
+    let r = s.ok("/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2, "priority": -3}));
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+}
