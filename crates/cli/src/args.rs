@@ -115,6 +115,55 @@ pub struct EngineArgs {
     pub vllm: crate::compat::VllmCompatArgs,
 }
 
+/// Tool calling and reasoning output (`vllm serve`'s flags).
+#[derive(Args, Clone, Debug, Default)]
+pub struct ToolArgs {
+    /// Let `tool_choice: "auto"` requests call tools: the `--tool-call-parser` finds the calls
+    /// in the model's text.
+    #[arg(long)]
+    pub enable_auto_tool_choice: bool,
+
+    /// How the model writes tool calls: hermes (Qwen2.5, Hermes), llama3_json, mistral, pythonic.
+    #[arg(long, value_name = "NAME")]
+    pub tool_call_parser: Option<String>,
+
+    /// vLLM's Python tool-parser plugin: refused (no Python runs here).
+    #[arg(long, value_name = "PATH")]
+    pub tool_parser_plugin: Option<String>,
+
+    /// Split the model's thinking into `reasoning`: qwen3, deepseek_r1.
+    #[arg(long, value_name = "NAME")]
+    pub reasoning_parser: Option<String>,
+
+    /// vLLM's Python reasoning-parser plugin: refused (no Python runs here).
+    #[arg(long, value_name = "PATH")]
+    pub reasoning_parser_plugin: Option<String>,
+}
+
+impl ToolArgs {
+    /// vLLM's start-up checks, and ours: plugins refused, parser names known.
+    pub fn check(&self) -> Result<(), String> {
+        if self.tool_parser_plugin.is_some() || self.reasoning_parser_plugin.is_some() {
+            return Err("--tool-parser-plugin / --reasoning-parser-plugin load Python code, which this server cannot \
+                        run; use a built-in --tool-call-parser or --reasoning-parser instead"
+                .into());
+        }
+        if self.enable_auto_tool_choice && self.tool_call_parser.is_none() {
+            return Err("When `--enable-auto-tool-choice` is set, `--tool-call-parser` must be set".into());
+        }
+        if let Some(p) = &self.tool_call_parser {
+            vllm_rs_server::tool_parsers::by_name(p).map_err(|e| format!("--tool-call-parser: {e}"))?;
+        }
+        if let Some(p) = self.reasoning_parser.as_deref().filter(|p| !vllm_rs_server::reasoning::NAMES.contains(p)) {
+            return Err(format!(
+                "--reasoning-parser {p:?}: not available; available: {}",
+                vllm_rs_server::reasoning::NAMES.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RunnerArg {
     Auto,

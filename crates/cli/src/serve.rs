@@ -1,6 +1,6 @@
 //! `vllm-rs serve [MODEL]`: the OpenAI-compatible server, with `vllm serve`'s flags.
 
-use crate::args::{EngineArgs, parse_bytes};
+use crate::args::{EngineArgs, ToolArgs, parse_bytes};
 use crate::setup::{self, LoadedPooling, LoadedRunner};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::info;
 use vllm_rs_engine::{EngineHandle, PoolingHandle};
 use vllm_rs_server::metrics::Metrics;
+use vllm_rs_server::reasoning::ReasoningParser;
 use vllm_rs_server::{
     AppState, ConnectionLimits, CorsConfig, Limits, ModelContext, Runner, SamplingDefaults, ServerConfig,
 };
@@ -122,6 +123,9 @@ pub struct ServeArgs {
     pub limit_concurrency: usize,
 
     #[command(flatten)]
+    pub tools: ToolArgs,
+
+    #[command(flatten)]
     pub engine: EngineArgs,
 }
 
@@ -164,6 +168,7 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
              authentication"
         );
     }
+    a.tools.check().map_err(anyhow::Error::msg)?;
     let mut api_keys: Vec<String> = a.api_key.clone();
     if api_keys.is_empty()
         && let Ok(k) = std::env::var("VLLM_API_KEY")
@@ -199,6 +204,7 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         enable_prompt_tokens_details: a.enable_prompt_tokens_details,
         enable_force_include_usage: a.enable_force_include_usage,
         return_tokens_as_token_ids: a.return_tokens_as_token_ids,
+        auto_tool_parser: a.tools.tool_call_parser.clone().filter(|_| a.tools.enable_auto_tool_choice),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -215,15 +221,16 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         let state = AppState::new(config);
         let engine_args = a.engine.clone();
         let name = served_model_names[0].clone();
+        let reasoning = a.tools.reasoning_parser.clone();
         vllm_rs_server::serve(listener, state, move || {
-            load(model_arg, &engine_args, &name).map_err(|e| format!("{e:#}"))
+            load(model_arg, &engine_args, &name, reasoning.as_deref()).map_err(|e| format!("{e:#}"))
         })
         .await
         .map_err(anyhow::Error::msg)
     })
 }
 
-fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<ModelContext> {
+fn load(model: Option<String>, args: &EngineArgs, served_name: &str, reasoning: Option<&str>) -> Result<ModelContext> {
     // A testing aid: hold the model back so tests can see the server before it is ready.
     if let Some(ms) = std::env::var("VLLM_RS_SERVE_LOAD_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
         std::thread::sleep(Duration::from_millis(ms));
@@ -235,6 +242,9 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;
     let defaults = SamplingDefaults::from_generation_config(l.generation.as_ref());
+    let reasoning = reasoning
+        .map(|n| ReasoningParser::by_name(n, &l.tokenizer).map_err(|e| anyhow::anyhow!("--reasoning-parser: {e}")))
+        .transpose()?;
     if defaults != SamplingDefaults::default() {
         info!("default sampling parameters from the model's generation config: {defaults:?}");
     }
@@ -246,6 +256,8 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str) -> Result<M
         max_logprobs: l.max_logprobs,
         default_seed: l.default_seed,
         metrics: Metrics::new(served_name, max_model_len),
+        reasoning,
+        grammar_compiler: Default::default(),
     })
 }
 
@@ -261,5 +273,7 @@ fn pooling_context(p: LoadedPooling, served_name: &str) -> ModelContext {
         max_logprobs: 0,
         default_seed: None,
         metrics: Metrics::new(served_name, max_model_len),
+        reasoning: None,
+        grammar_compiler: Default::default(),
     }
 }

@@ -11,7 +11,7 @@ use vllm_rs_testutil::{golden, test_data};
 
 fn serve(name: &str) -> (Server, Value) {
     let dir = test_data(&format!("data/tiny-encoders/{name}"));
-    let s = Server::start_model(vec![dir.to_string_lossy().into_owned()], &["--served-model-name", name]);
+    let s = Server::start_args(vec![dir.to_string_lossy().into_owned()], &["--served-model-name", name]);
     (s, golden(&format!("tiny-encoders/{name}.json"))["server"].clone())
 }
 
@@ -71,7 +71,7 @@ fn cross_encoder_scores_and_reranks_pairs() {
 #[test]
 fn an_embedding_model_refuses_classify() {
     let dir = vllm_rs_testutil::hf_dir("minilm");
-    let s = Server::start_model(vec![dir.to_string_lossy().into_owned()], &[]);
+    let s = Server::start_args(vec![dir.to_string_lossy().into_owned()], &[]);
     let (status, r) = s.post("/classify", &json!({"input": "a"}));
     assert!(status == 400 && r["error"]["message"].as_str().unwrap().contains("classification head"), "{r}");
 }
@@ -89,7 +89,7 @@ fn matryoshka_dimensions_cut_then_normalize() {
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     config["matryoshka_dimensions"] = json!([8, 16]);
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let s = Server::start_model(vec![dir.to_string_lossy().into_owned()], &[]);
+    let s = Server::start_args(vec![dir.to_string_lossy().into_owned()], &[]);
     let full = s.ok("/v1/embeddings", &json!({"input": "the cat sat", "normalize": false}));
     let cut = s.ok("/v1/embeddings", &json!({"input": "the cat sat", "dimensions": 8}));
     let full: Vec<f64> = full["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();

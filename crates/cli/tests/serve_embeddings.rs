@@ -12,7 +12,7 @@ use std::process::Command;
 use vllm_rs_testutil::{golden, hf_dir};
 
 fn minilm() -> Server {
-    Server::start_model(vec![hf_dir("minilm").to_string_lossy().into_owned()], &["--served-model-name", "minilm"])
+    Server::start_args(vec![hf_dir("minilm").to_string_lossy().into_owned()], &["--served-model-name", "minilm"])
 }
 
 fn floats(v: &Value) -> Vec<f64> {
@@ -202,8 +202,8 @@ print("OK")
 fn a_decoder_serves_embeddings_with_runner_pooling() {
     let model = vllm_rs_testutil::gguf_path("smollm2").to_string_lossy().into_owned();
     // vLLM's two spellings: --runner pooling, or --convert embed.
-    let s = Server::start_model(vec![model.clone()], &["--runner", "pooling"]);
-    let c = Server::start_model(vec![model], &["--convert", "embed"]);
+    let s = Server::start_args(vec![model.clone()], &["--runner", "pooling"]);
+    let c = Server::start_args(vec![model], &["--convert", "embed"]);
     let hello = json!({"input": "hello"});
     assert_eq!(
         c.ok("/v1/embeddings", &hello)["data"][0]["embedding"],

@@ -88,11 +88,12 @@ fn errors_have_vllm_shape_and_leave_the_server_healthy() {
         "response_format",
         post(
             "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}),
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}}),
         ),
         400,
         Some("response_format"),
     );
+    // Tools without a tool_choice mean "auto", which needs --enable-auto-tool-choice (vLLM's rule).
     assert_error(
         "tools",
         post(
@@ -101,7 +102,7 @@ fn errors_have_vllm_shape_and_leave_the_server_healthy() {
               "tools": [{"type": "function", "function": {"name": "f"}}]}),
         ),
         400,
-        Some("tools"),
+        Some("tool_choice"),
     );
     assert_error(
         "guided_json",

@@ -20,7 +20,7 @@ fn invocations_dispatch_on_the_request_fields() {
     assert!(r["error"]["message"].as_str().unwrap().contains("Cannot find suitable handler"), "{r}");
 
     let minilm = vllm_rs_testutil::hf_dir("minilm").to_string_lossy().into_owned();
-    let e = Server::start_model(vec![minilm], &[]);
+    let e = Server::start_args(vec![minilm], &[]);
     let emb = e.ok("/invocations", &json!({"input": ["a b c"]}));
     assert_eq!(emb["data"][0]["object"], "embedding");
     let rerank = e.ok("/invocations", &json!({"query": "q", "documents": ["a", "b"]}));

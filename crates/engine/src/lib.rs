@@ -9,6 +9,7 @@ pub mod sampler;
 pub mod sampling_params;
 pub mod speculative;
 pub mod stats;
+pub mod structured_output;
 
 pub use engine_core::{
     EngineConfig, EngineCore, EngineError, EngineRequest, FinalOutput, RequestOutput, kv_blocks_per_request,
@@ -20,6 +21,7 @@ pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
 pub use speculative::SpeculativeConfig;
 pub use stats::EngineStats;
+pub use structured_output::{Grammar, GrammarCompiler, GrammarSpec};
 pub use vllm_rs_core::{FinishReason, SchedulingPolicy};
 pub use vllm_rs_kernels::attention::KvDtype;
 pub use vllm_rs_models::pooling::{PoolingConfig, PoolingType, normalize};

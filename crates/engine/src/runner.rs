@@ -5,6 +5,7 @@ use crate::engine_core::EngineConfig;
 use crate::sampler::{self, SampleContext, TokenLogprobs};
 use crate::sampling_params::{LogprobsMode, SamplingParams};
 use crate::speculative::SpeculativeConfig;
+use crate::structured_output::GrammarState;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
@@ -27,6 +28,9 @@ struct RequestState {
     /// Prompt logprobs gathered so far (index = prompt position; position 0 has none).
     prompt_logprobs: Vec<Option<TokenLogprobs>>,
     prompt_logprobs_sent: bool,
+    /// Structured output: where this sequence is in its grammar (kept across preemptions, as
+    /// the tokens it has seen are).
+    grammar: Option<GrammarState>,
 }
 
 impl RequestState {
@@ -146,7 +150,9 @@ impl ModelRunner {
             Some(s) => ChaCha8Rng::seed_from_u64(s),
             None => ChaCha8Rng::from_rng(&mut rand::rng()),
         };
+        let grammar = params.grammar.as_ref().map(|g| g.start(params.grammar_after_token));
         let state = RequestState {
+            grammar,
             params,
             rng,
             all_stop_token_ids,
@@ -314,7 +320,9 @@ impl ModelRunner {
                 r.prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
                 state.prompt_logprobs_sent = true;
             }
-            if let Some(c) = spec {
+            // Constrained requests take no drafts: verifying them would need the grammar to
+            // check every draft first (vLLM's validate_tokens); one token a step is simpler.
+            if let Some(c) = spec.filter(|_| state.grammar.is_none()) {
                 // Never past max_tokens or the context: the last token of either is the model's.
                 let left = state.params.max_tokens.saturating_sub(state.token_ids.len() - state.prompt_len);
                 let room = self.max_model_len.saturating_sub(state.token_ids.len());
@@ -361,8 +369,14 @@ fn verify(
     for (j, row) in rows.iter_mut().enumerate() {
         let draft = drafts.get(j).copied();
         let (prompt, output) = state.token_ids.split_at(state.prompt_len);
+        if let Some(g) = &mut state.grammar {
+            g.apply_mask(row);
+        }
         let ctx = SampleContext { prompt, output, all_stop_token_ids: &state.all_stop_token_ids, rng: &mut state.rng };
         let (tok, lp) = sampler::sample_checking_draft(row, &state.params, ctx, mode, draft);
+        if let Some(g) = &mut state.grammar {
+            g.accept(tok);
+        }
         state.token_ids.push(tok);
         out.push((tok, lp));
         if draft != Some(tok) {

@@ -1,5 +1,6 @@
 //! Per-request sampling settings, with vLLM's names, defaults and validation messages.
 
+use crate::structured_output::Grammar;
 use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +28,10 @@ pub struct SamplingParams {
     pub allowed_token_ids: Option<Vec<u32>>,
     /// Token-id sequences that must not be generated (from `bad_words`).
     pub bad_words_token_ids: Vec<Vec<u32>>,
+    /// Structured output: the grammar every output token must follow (compiled by the caller).
+    pub grammar: Option<Grammar>,
+    /// The grammar applies from after this token on (the end of the model's reasoning).
+    pub grammar_after_token: Option<u32>,
 }
 
 impl Default for SamplingParams {
@@ -49,6 +54,8 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             allowed_token_ids: None,
             bad_words_token_ids: Vec::new(),
+            grammar: None,
+            grammar_after_token: None,
         }
     }
 }

@@ -154,6 +154,12 @@ fn normalize_messages(messages: &serde_json::Value) -> Result<Vec<serde_json::Va
     Ok(out)
 }
 
+/// Python's `json.dumps(value, ensure_ascii=False)`: how vLLM writes tool-call arguments.
+pub fn py_json_dumps(value: &serde_json::Value) -> String {
+    dumps(&Value::from_serialize(value), &JsonOptions::new(false, None, None, false))
+        .expect("a JSON value always serializes")
+}
+
 fn raise_exception(message: String) -> std::result::Result<Value, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message.clone()).with_source(Raised(message)))
 }

@@ -27,6 +27,9 @@ pub struct ServerConfig {
     pub enable_force_include_usage: bool,
     /// Logprob tokens as `token_id:N` by default.
     pub return_tokens_as_token_ids: bool,
+    /// The tool parser `tool_choice: "auto"` uses (`--enable-auto-tool-choice` with
+    /// `--tool-call-parser`); `None`: auto tool choice is refused.
+    pub auto_tool_parser: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +47,7 @@ impl Default for ServerConfig {
             response_role: "assistant".into(),
             enable_prompt_tokens_details: false,
             enable_force_include_usage: false,
+            auto_tool_parser: None,
             return_tokens_as_token_ids: false,
         }
     }

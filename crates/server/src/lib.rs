@@ -10,6 +10,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod chat_output;
 pub mod config;
 pub mod connections;
 pub mod errors;
@@ -20,11 +21,15 @@ pub mod orca;
 pub mod pooling;
 pub mod prompt;
 pub mod protocol;
+pub mod reasoning;
 pub mod routes;
 pub mod sampling;
 pub mod shutdown;
 pub mod sse;
 pub mod state;
+pub mod structured;
+pub mod tool_parsers;
+pub mod tools;
 
 pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;

@@ -168,6 +168,8 @@ pub struct ChatInput<'a> {
     pub request_template: Option<&'a str>,
     pub template_kwargs: Option<&'a Map<String, Value>>,
     pub documents: Option<&'a [Map<String, Value>]>,
+    /// The request's tools, rendered by the template as transformers passes them.
+    pub tools: Option<&'a [Value]>,
 }
 
 /// A rendered chat prompt.
@@ -225,10 +227,38 @@ fn normalize_messages(messages: &[Map<String, Value>]) -> ApiResult<(Vec<Value>,
         if let Some(c) = &content {
             chars += c.chars().count();
             m.insert("content".into(), Value::String(c.clone()));
+        } else if m.contains_key("tool_calls") || m.get("role").and_then(Value::as_str) == Some("tool") {
+            // vLLM renders a missing content of these messages as "".
+            m.insert("content".into(), Value::String(String::new()));
         }
+        decode_tool_call_arguments(&mut m);
         out.push(Value::Object(m));
     }
     Ok((out, chars))
+}
+
+/// An assistant message's `tool_calls[].function.arguments` arrive as JSON text; templates
+/// iterate them as a mapping, so they are decoded as vLLM does (an empty one becomes `{}`; text
+/// that is not JSON stays as it is).
+fn decode_tool_call_arguments(m: &mut Map<String, Value>) {
+    let Some(Value::Array(calls)) = m.get_mut("tool_calls") else { return };
+    for call in calls {
+        let Some(Value::Object(f)) = call.get_mut("function") else { continue };
+        match f.get("arguments") {
+            Some(Value::String(a)) if a.is_empty() => {
+                f.insert("arguments".into(), Value::Object(Map::new()));
+            }
+            Some(Value::String(a)) => {
+                if let Ok(v) = serde_json::from_str::<Value>(a) {
+                    f.insert("arguments".into(), v);
+                }
+            }
+            None | Some(Value::Null) => {
+                f.insert("arguments".into(), Value::Object(Map::new()));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Renders and tokenizes a conversation.
@@ -275,6 +305,9 @@ pub fn chat_prompt(
     let mut extra = input.template_kwargs.cloned().unwrap_or_default();
     if let Some(docs) = input.documents {
         extra.insert("documents".into(), Value::Array(docs.iter().cloned().map(Value::Object).collect()));
+    }
+    if let Some(tools) = input.tools {
+        extra.insert("tools".into(), Value::Array(tools.to_vec()));
     }
     let conversation = Value::Array(messages.clone());
     let mut text = template.render(&conversation, input.add_generation_prompt, &extra)?;

@@ -6,7 +6,7 @@ use crate::config::Limits;
 use crate::errors::{ApiError, ApiResult};
 use crate::protocol::sampling_fields::SamplingFields;
 use crate::state::{AppState, ModelContext};
-use vllm_rs_engine::SamplingParams;
+use vllm_rs_engine::{Grammar, SamplingParams, SchedulingPolicy};
 use vllm_rs_frontend::{OutputOptions, Tokenizer};
 
 /// vLLM's `VLLM_MAX_N_SEQUENCES`.
@@ -152,6 +152,13 @@ impl RequestPlan {
         let priority = f.priority.unwrap_or(0);
         let priority = i32::try_from(priority)
             .map_err(|_| ApiError::invalid("priority", format!("priority must fit in 32 bits, got {priority}.")))?;
+        if priority != 0 && model.engine()?.config.policy != SchedulingPolicy::Priority {
+            // vLLM's message; the field is honoured under --scheduling-policy priority only.
+            return Err(ApiError::invalid(
+                "priority",
+                format!("Got priority {priority} but Priority scheduling is not enabled."),
+            ));
+        }
         if let Some(salt) = &f.cache_salt
             && (salt.is_empty()
                 || salt.chars().count() > MAX_CACHE_SALT_CHARS
@@ -186,6 +193,8 @@ impl RequestPlan {
             logit_bias,
             allowed_token_ids: f.allowed_token_ids.as_deref().map(|a| token_ids("allowed_token_ids", a)).transpose()?,
             bad_words_token_ids,
+            grammar: None,
+            grammar_after_token: None,
         };
         // vLLM's SamplingParams checks (ranges), then its greedy rule for n.
         let mut probe = base.clone();
@@ -274,6 +283,13 @@ impl RequestPlan {
             .unwrap_or(room);
         let cap = if limits.max_new_tokens > 0 { limits.max_new_tokens } else { usize::MAX };
         Ok(wanted.min(room).min(cap).max(1))
+    }
+
+    /// Constrains every sequence of the request to `grammar` (structured outputs, tool calls).
+    /// With `after`, the grammar applies after that token (the end of the model's reasoning).
+    pub fn set_grammar(&mut self, grammar: Grammar, after: Option<u32>) {
+        self.base.grammar = Some(grammar);
+        self.base.grammar_after_token = after;
     }
 
     /// The `max_tokens` value the request asked for, for metrics (what it runs with otherwise).

@@ -3,11 +3,13 @@
 use crate::config::ServerConfig;
 use crate::errors::{ApiError, ApiResult};
 use crate::metrics::Metrics;
+use crate::reasoning::{ReasoningParser, ThinkTokens};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
-use vllm_rs_engine::{EngineHandle, PoolingHandle};
+use vllm_rs_engine::structured_output::token_bytes_from_tokenizer_json;
+use vllm_rs_engine::{EngineHandle, GrammarCompiler, PoolingHandle};
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 
 /// Sampling defaults from the model's generation config, applied when a request leaves a field
@@ -71,9 +73,18 @@ pub struct ModelContext {
     /// `--seed`: requests without a seed get `seed + k` for the k-th sequence served.
     pub default_seed: Option<u64>,
     pub metrics: Metrics,
+    /// `--reasoning-parser`, with its marker tokens in this vocabulary.
+    pub reasoning: Option<(ReasoningParser, ThinkTokens)>,
+    /// Structured output's view of the vocabulary, built on first use (it walks every token).
+    pub grammar_compiler: OnceLock<Result<Arc<GrammarCompiler>, String>>,
 }
 
 impl ModelContext {
+    /// The grammar compiler for this model's vocabulary, or why there is none.
+    pub fn grammar_compiler(&self) -> Result<Arc<GrammarCompiler>, String> {
+        self.grammar_compiler.get_or_init(|| build_grammar_compiler(self).map(Arc::new)).clone()
+    }
+
     pub fn max_model_len(&self) -> usize {
         match &self.runner {
             Runner::Generate(e) => e.config.max_model_len,
@@ -111,6 +122,17 @@ impl ModelContext {
             ))),
         }
     }
+}
+
+/// Token bytes from the tokenizer's own JSON (byte-level BPE and SentencePiece-style vocabularies,
+/// HF and GGUF alike), EOS and the generation config's extra EOS ids as the stops.
+fn build_grammar_compiler(model: &ModelContext) -> Result<GrammarCompiler, String> {
+    let text = model.tokenizer.inner().to_string(false).map_err(|e| e.to_string())?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let bytes = token_bytes_from_tokenizer_json(&json)?;
+    let cfg = &model.engine().map_err(|e| e.message)?.config;
+    let stops: Vec<u32> = cfg.eos_token_id.into_iter().chain(cfg.generation_eos_ids.iter().copied()).collect();
+    GrammarCompiler::new(bytes, model.vocab_size(), &stops)
 }
 
 pub struct AppState {

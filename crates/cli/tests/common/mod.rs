@@ -47,20 +47,27 @@ impl Server {
         s
     }
 
+    /// Starts the server on another model (`default_args` with its model replaced).
+    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
+        let mut args = default_args();
+        args[0] = model.to_string_lossy().into_owned();
+        Self::start_args(args, extra)
+    }
+
     /// Starts the server and returns once it listens (the model may still be loading).
     pub fn spawn(extra: &[&str], env: &[(&str, &str)]) -> Server {
-        Self::spawn_model(default_args(), extra, env)
+        Self::spawn_args(default_args(), extra, env)
     }
 
     /// Starts `serve` on `model_args` (the model and its flags) instead of [`default_args`] and
     /// waits until it is ready.
-    pub fn start_model(model_args: Vec<String>, extra: &[&str]) -> Server {
-        let s = Self::spawn_model(model_args, extra, &[]);
+    pub fn start_args(model_args: Vec<String>, extra: &[&str]) -> Server {
+        let s = Self::spawn_args(model_args, extra, &[]);
         s.wait_ready(Duration::from_secs(120));
         s
     }
 
-    fn spawn_model(model_args: Vec<String>, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    fn spawn_args(model_args: Vec<String>, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec!["serve".to_string()];
         args.extend(model_args);
         args.extend(["--host", "127.0.0.1", "--port", "0"].map(String::from));

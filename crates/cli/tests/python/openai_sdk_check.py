@@ -68,8 +68,8 @@ except openai.NotFoundError as e:
     assert e.status_code == 404, e
 
 try:
-    client.chat.completions.create(model=model, messages=messages, response_format={"type": "json_object"})
-    raise AssertionError("response_format must be rejected")
+    client.chat.completions.create(model=model, messages=messages, response_format={"type": "json_schema"})
+    raise AssertionError("a json_schema response_format without its schema must be rejected")
 except openai.BadRequestError as e:
     assert "response_format" in str(e), e
 

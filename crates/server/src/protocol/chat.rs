@@ -20,7 +20,9 @@ pub struct ChatRequest {
     pub chat_template: Option<String>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
     pub return_prompt_text: Option<bool>,
-    // Accepted and type-checked, without effect (no tools, no reasoning parser).
+    /// Checked by [`crate::tools::parse`].
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     pub include_reasoning: Option<bool>,
 }
@@ -33,18 +35,22 @@ pub struct ChatMessage {
     pub annotations: Option<Value>,
     pub audio: Option<Value>,
     pub function_call: Option<Value>,
+    /// Omitted when empty (as vLLM serializes it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<Value>,
     pub reasoning: Option<String>,
 }
 
 impl ChatMessage {
-    pub fn new(role: &str, content: String) -> Self {
+    pub fn new(role: &str, content: Option<String>) -> Self {
         ChatMessage {
             role: role.to_string(),
-            content: Some(content),
+            content,
             refusal: None,
             annotations: None,
             audio: None,
             function_call: None,
+            tool_calls: Vec::new(),
             reasoning: None,
         }
     }
@@ -82,6 +88,10 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -4,10 +4,10 @@
 //! anything that would change the output:
 //! - fields we implement, and harmless OpenAI fields that never change the output (`user`,
 //!   `store`, `metadata`, `service_tier`...), are accepted;
-//! - fields vLLM implements and we do not yet (`response_format`, `tools`, `structured_outputs`,
-//!   `guided_*`, beam search...) are rejected with 400 naming the field — unless they carry the
-//!   value that means "off" (`null`, `"tool_choice": "none"`, `"response_format": {"type":
-//!   "text"}`, `"use_beam_search": false`...), which clients often send by default;
+//! - fields vLLM implements and we do not yet (beam search, `logits_processors`...), and the
+//!   `guided_*` fields older vLLM took (now `structured_outputs`), are rejected with 400 naming
+//!   the field — unless they carry the value that means "off" (`null`, `"use_beam_search":
+//!   false`...), which clients often send by default;
 //! - any other field is a 400 naming it: a typo (`max_token`) would otherwise run a different
 //!   request than the one the client meant.
 
@@ -50,10 +50,6 @@ fn null_or_one(v: &Value) -> bool {
 fn null_or_minus_one(v: &Value) -> bool {
     v.is_null() || v.as_i64() == Some(-1)
 }
-fn text_format(v: &Value) -> bool {
-    v.is_null()
-        || (v.get("type").and_then(Value::as_str) == Some("text") && v.as_object().is_some_and(|o| o.len() == 1))
-}
 fn no_tool_choice(v: &Value) -> bool {
     v.is_null() || v.as_str() == Some("none")
 }
@@ -63,8 +59,6 @@ fn text_modalities(v: &Value) -> bool {
 
 /// Fields vLLM's generation endpoints share that we do not implement.
 const UNSUPPORTED_COMMON: &[Unsupported] = &[
-    unsupported("response_format", text_format),
-    unsupported("structured_outputs", null),
     unsupported("guided_json", null),
     unsupported("guided_regex", null),
     unsupported("guided_choice", null),
@@ -90,8 +84,6 @@ const UNSUPPORTED_COMPLETION: &[Unsupported] =
     &[unsupported("suffix", null_or_empty), unsupported("prompt_embeds", null_or_empty)];
 
 const UNSUPPORTED_CHAT: &[Unsupported] = &[
-    unsupported("tools", null),
-    unsupported("tool_choice", no_tool_choice),
     unsupported("functions", null),
     unsupported("function_call", no_tool_choice),
     unsupported("reasoning_effort", null),
@@ -138,6 +130,8 @@ const COMMON: &[&str] = &[
     "return_tokens_as_token_ids",
     "echo",
     "max_tokens",
+    "response_format",
+    "structured_outputs",
     // Harmless: identification, routing hints, beam-search-only or render-only options.
     "user",
     "session_id",
@@ -161,9 +155,11 @@ const CHAT: &[&str] = &[
     "chat_template",
     "chat_template_kwargs",
     "return_prompt_text",
-    // Harmless OpenAI fields (no tools, no reasoning parser: these change nothing).
+    "tools",
+    "tool_choice",
     "parallel_tool_calls",
     "include_reasoning",
+    // Harmless OpenAI fields.
     "store",
     "metadata",
     "service_tier",
@@ -309,19 +305,21 @@ mod tests {
         )
         .unwrap();
         check(json!({"messages": [], "tool_choice": "none", "tools": null, "store": false}), Endpoint::Chat).unwrap();
+        check(json!({"response_format": {"type": "json_object"}, "structured_outputs": null}), Endpoint::Chat).unwrap();
     }
 
     #[test]
     fn unsupported_and_unknown_fields_name_the_field() {
-        let e = check(json!({"response_format": {"type": "json_object"}}), Endpoint::Chat).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("response_format"));
+        let e = check(json!({"guided_json": {"type": "object"}}), Endpoint::Chat).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("guided_json"));
         assert!(e.message.contains("not supported"), "{}", e.message);
-        let e = check(json!({"tools": [{"type": "function"}]}), Endpoint::Chat).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("tools"));
+        let e = check(json!({"functions": [{"name": "f"}]}), Endpoint::Chat).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("functions"));
         let e = check(json!({"max_token": 5}), Endpoint::Completion).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_token"));
         assert!(e.message.contains("Unknown field"), "{}", e.message);
         // A chat-only field on the completion endpoint is unknown there.
         assert!(check(json!({"messages": []}), Endpoint::Completion).is_err());
+        assert!(check(json!({"tools": []}), Endpoint::Completion).is_err());
     }
 }

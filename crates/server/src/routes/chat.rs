@@ -1,6 +1,7 @@
-//! `POST /v1/chat/completions`, streaming and not, as vLLM's `OpenAIServingChat` (without tool
-//! or reasoning parsers).
+//! `POST /v1/chat/completions`, streaming and not, as vLLM's `OpenAIServingChat`: structured
+//! outputs, tools and reasoning as [`crate::chat_output`] shapes them.
 
+use crate::chat_output::{ChoiceStream, OutputPlan};
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
 use crate::json_body::{RawObject, typed};
@@ -13,10 +14,13 @@ use crate::protocol::completion::StopReasonJson;
 use crate::protocol::fields::Endpoint;
 use crate::protocol::logprobs::{TokenNamer, chat_logprobs, prompt_logprobs_json};
 use crate::protocol::sampling_fields::SamplingFields;
+use crate::reasoning::reasoning_ended;
 use crate::routes::{finish_str, prepare_off_thread, read_request};
 use crate::sampling::{PlanInputs, RequestPlan};
 use crate::sse;
 use crate::state::{AppState, ModelContext};
+use crate::structured::{self, StructuredFields};
+use crate::tools::{self, ToolCall, ToolChoice, ToolSetup};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -50,6 +54,7 @@ struct Ctx {
     prompt_details: bool,
     prompt_ids: Vec<u32>,
     prompt_text: Option<String>,
+    output: OutputPlan,
 }
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
@@ -102,7 +107,13 @@ fn prepare(
         // vLLM: chat `echo` asks for prompt logprobs with `top_logprobs` alternatives.
         echo_prompt_logprobs: echo.then_some(top_logprobs),
     };
-    let plan = RequestPlan::new(&f, inputs, &model)?;
+    let mut plan = RequestPlan::new(&f, inputs, &model)?;
+    let tools = tools::parse(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        state.config.auto_tool_parser.is_some(),
+    )?;
     let opts = TokenizeOptions::new(
         f.add_special_tokens.unwrap_or(false),
         f.truncate_prompt_tokens,
@@ -117,8 +128,11 @@ fn prepare(
         request_template: req.chat_template.as_deref(),
         template_kwargs: req.chat_template_kwargs.as_ref(),
         documents: req.documents.as_deref(),
+        tools: tools.as_ref().map(|t| t.tools.as_slice()),
     };
     let rendered = chat_prompt(&input, &opts, state, &model)?;
+    let output = constrain(&mut plan, obj, tools, &rendered.prompt.ids, state, &model)?;
+    let output = OutputPlan { include_reasoning: req.include_reasoning.unwrap_or(true), ..output };
     let role = if add_generation_prompt {
         state.config.response_role.clone()
     } else {
@@ -158,9 +172,38 @@ fn prepare(
         prompt_details: state.config.enable_prompt_tokens_details,
         prompt_ids: prompt.ids.clone(),
         prompt_text: req.return_prompt_text.unwrap_or(false).then(|| prompt.text.clone().unwrap_or_default()),
+        output,
     };
     model.metrics.record_request(plan.n);
     Ok((ctx, specs, f.stream.unwrap_or(false), plan.n))
+}
+
+/// The grammar the output must follow (tool choice `required` / named, else the structured
+/// output fields), compiled here; and how the output is shaped into reasoning, content, calls.
+fn constrain(
+    plan: &mut RequestPlan,
+    obj: &RawObject,
+    tools: Option<ToolSetup>,
+    prompt: &[u32],
+    state: &AppState,
+    model: &ModelContext,
+) -> ApiResult<OutputPlan> {
+    let structured: StructuredFields = typed(obj)?;
+    let requested = structured.spec()?;
+    let tool_spec = tools.as_ref().map(ToolSetup::grammar).transpose()?.flatten();
+    if requested.is_some() && tools.as_ref().is_some_and(|t| matches!(t.choice, ToolChoice::Named(_))) {
+        return Err(ApiError::bad_request(
+            "You can only either use constraints for structured outputs or tools, not both.",
+        ));
+    }
+    let reasoning = model.reasoning.map(|(p, t)| (p, p.starts_thinking(prompt, t)));
+    if let Some((spec, param)) = tool_spec.map(|s| (s, "tools")).or(requested) {
+        let grammar = structured::compile(model, &spec, param)?;
+        // As vLLM: the grammar applies once the reasoning has ended.
+        let after = model.reasoning.and_then(|(_, t)| (!reasoning_ended(prompt, t)).then_some(t.end));
+        plan.set_grammar(grammar, after);
+    }
+    Ok(OutputPlan { reasoning, include_reasoning: true, tools, auto_parser: state.config.auto_tool_parser.clone() })
 }
 
 /// The rest of a non-streaming response.
@@ -173,15 +216,24 @@ async fn respond(ctx: Ctx, mut generation: Generation, n: usize) -> ApiResult<Re
     let mut completion_tokens = 0;
     for (seq, c) in generation.sequences().iter().zip(&collected) {
         completion_tokens += seq.num_generated();
-        let content = format!("{}{}", ctx.echo_prefix.as_deref().unwrap_or(""), seq.proc.text);
+        let m = ctx.output.message(&seq.proc.text);
+        let content = match (&ctx.echo_prefix, m.content) {
+            (Some(prefix), c) => Some(format!("{prefix}{}", c.unwrap_or_default())),
+            (None, c) => c,
+        };
+        let mut message = ChatMessage::new(&ctx.role, content);
+        message.reasoning = m.reasoning;
+        message.tool_calls = m.tool_calls.iter().map(ToolCall::to_json).collect();
         if prompt_logprobs.is_none() {
             prompt_logprobs = c.prompt_logprobs.as_ref().map(|p| prompt_logprobs_json(p, &mut namer));
         }
         choices.push(ChatChoice {
             index: seq.spec.choice,
-            message: ChatMessage::new(&ctx.role, content),
             logprobs: ctx.logprobs.map(|k| chat_logprobs(&seq.proc.token_ids, &c.logprobs, k, &mut namer)),
-            finish_reason: finish_str(seq.proc.finish_reason()),
+            finish_reason: ctx
+                .output
+                .finish_reason(!message.tool_calls.is_empty(), finish_str(seq.proc.finish_reason())),
+            message,
             stop_reason: seq.proc.stop_reason().map(StopReasonJson::from),
             token_ids: ctx.return_token_ids.then(|| seq.proc.token_ids.clone()),
         });
@@ -214,11 +266,15 @@ struct Streamer {
     num_tokens: Vec<usize>,
     cached_tokens: Option<usize>,
     done: bool,
+    /// Each choice's reasoning / tool-call split.
+    choices: Vec<ChoiceStream>,
 }
 
 fn stream_events(ctx: Ctx, generation: Generation) -> impl futures_util::Stream<Item = String> + Send + 'static {
     let n = generation.sequences().len();
-    let st = Streamer { ctx, generation, first: true, num_tokens: vec![0; n], cached_tokens: None, done: false };
+    let choices = (0..n).map(|_| ctx.output.stream()).collect();
+    let st =
+        Streamer { ctx, generation, first: true, num_tokens: vec![0; n], cached_tokens: None, done: false, choices };
     futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
@@ -258,7 +314,7 @@ impl Streamer {
         for i in 0..n {
             let choice = ChatStreamChoice {
                 index: i,
-                delta: Delta { role: Some(self.ctx.role.clone()), content: Some(String::new()) },
+                delta: Delta { role: Some(self.ctx.role.clone()), content: Some(String::new()), ..Default::default() },
                 logprobs: None,
                 finish_reason: None,
                 stop_reason: None,
@@ -275,7 +331,7 @@ impl Streamer {
             for i in 0..n {
                 let choice = ChatStreamChoice {
                     index: i,
-                    delta: Delta { role: None, content: Some(prefix.clone()) },
+                    delta: Delta { content: Some(prefix.clone()), ..Default::default() },
                     logprobs: None,
                     finish_reason: None,
                     stop_reason: None,
@@ -294,7 +350,7 @@ impl Streamer {
                 if self.cached_tokens.is_none() {
                     self.cached_tokens = Some(delta.num_cached_tokens);
                 }
-                out.extend(self.delta_chunk(seq, delta));
+                out.extend(self.delta_chunks(seq, delta));
                 out
             }
             Some(Event::Failed(e)) => {
@@ -328,30 +384,52 @@ impl Streamer {
         }
     }
 
-    fn delta_chunk(&mut self, seq_index: usize, delta: OutputDelta) -> Option<String> {
+    /// A sequence's new output as chunks: its text (reasoning and content), then each tool-call
+    /// delta in a chunk of its own; the last chunk carries the logprobs, token ids and finish.
+    fn delta_chunks(&mut self, seq_index: usize, delta: OutputDelta) -> Vec<String> {
         let i = self.generation.sequences()[seq_index].spec.choice;
-        if delta.text.is_empty()
-            && delta.token_ids.is_empty()
-            && self.num_tokens[i] == 0
-            && delta.finish_reason.is_none()
-        {
-            return None;
+        let finished = delta.finish_reason.is_some();
+        let parts = self.choices[i].push(&delta.text, finished);
+        let nothing = parts.content.is_empty() && parts.reasoning.is_empty() && parts.tool_calls.is_empty();
+        let held = nothing && self.choices[i].shapes();
+        if !finished && (held || (delta.text.is_empty() && delta.token_ids.is_empty() && self.num_tokens[i] == 0)) {
+            self.num_tokens[i] += delta.token_ids.len();
+            return Vec::new();
         }
         let logprobs = self.ctx.logprobs.map(|k| {
             let mut namer = TokenNamer::new(&self.ctx.model.tokenizer, self.ctx.tokens_as_ids);
             chat_logprobs(&delta.token_ids, &delta.logprobs, k, &mut namer)
         });
         self.num_tokens[i] += delta.token_ids.len();
-        let finished = delta.finish_reason.is_some();
-        let choice = ChatStreamChoice {
-            index: i,
-            delta: Delta { role: None, content: Some(delta.text) },
-            logprobs,
-            finish_reason: finish_str(delta.finish_reason),
-            stop_reason: finished.then(|| delta.stop_reason.as_ref().map(StopReasonJson::from)),
-            token_ids: self.ctx.return_token_ids.then_some(delta.token_ids),
-        };
+        let mut deltas = Vec::new();
+        let has_text = !parts.content.is_empty() || !parts.reasoning.is_empty();
+        if has_text || parts.tool_calls.is_empty() {
+            deltas.push(Delta {
+                content: (!parts.content.is_empty() || parts.reasoning.is_empty()).then_some(parts.content),
+                reasoning: (!parts.reasoning.is_empty()).then_some(parts.reasoning),
+                ..Default::default()
+            });
+        }
+        deltas
+            .extend(parts.tool_calls.into_iter().map(|tc| Delta { tool_calls: Some(vec![tc]), ..Default::default() }));
+        let last = deltas.len() - 1;
+        let finish = self.ctx.output.finish_reason(self.choices[i].called(), finish_str(delta.finish_reason));
+        let (mut logprobs, mut token_ids) = (logprobs, self.ctx.return_token_ids.then_some(delta.token_ids));
+        let stop_reason = finished.then(|| delta.stop_reason.as_ref().map(StopReasonJson::from));
         let usage = self.ctx.continuous_usage.then(|| Usage::new(self.ctx.prompt_ids.len(), self.num_tokens[i]));
-        Some(Self::data(&self.chunk(choice, usage)))
+        let mut out = Vec::with_capacity(deltas.len());
+        for (j, d) in deltas.into_iter().enumerate() {
+            let is_last = j == last;
+            let choice = ChatStreamChoice {
+                index: i,
+                delta: d,
+                logprobs: if is_last { logprobs.take() } else { None },
+                finish_reason: if is_last { finish } else { None },
+                stop_reason: if is_last { stop_reason.clone() } else { None },
+                token_ids: if is_last { token_ids.take() } else { None },
+            };
+            out.push(Self::data(&self.chunk(choice, usage.clone())));
+        }
+        out
     }
 }

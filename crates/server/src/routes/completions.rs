@@ -16,6 +16,7 @@ use crate::routes::{finish_str, prepare_off_thread, read_request};
 use crate::sampling::{PlanInputs, RequestPlan};
 use crate::sse;
 use crate::state::{AppState, ModelContext};
+use crate::structured::{self, StructuredFields};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -88,7 +89,11 @@ fn prepare(state: &AppState, model: Arc<ModelContext>, obj: &RawObject) -> ApiRe
         echo_only: echo && f.max_tokens == Some(0),
         echo_prompt_logprobs: if echo { req.logprobs } else { None },
     };
-    let plan = RequestPlan::new(&f, inputs, &model)?;
+    let mut plan = RequestPlan::new(&f, inputs, &model)?;
+    let structured: StructuredFields = typed(obj)?;
+    if let Some((spec, param)) = structured.spec()? {
+        plan.set_grammar(structured::compile(&model, &spec, param)?, None);
+    }
     let limits = &state.config.limits;
     let opts = TokenizeOptions::new(
         f.add_special_tokens.unwrap_or(true),

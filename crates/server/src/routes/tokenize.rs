@@ -45,6 +45,7 @@ fn tokenize_request(state: &AppState, model: Arc<ModelContext>, req: TokenizeReq
                 request_template: req.chat_template.as_deref(),
                 template_kwargs: req.chat_template_kwargs.as_ref(),
                 documents: None,
+                tools: None,
             };
             chat_prompt_ids(&input, &opts, state, &model)?
         }

@@ -1,0 +1,309 @@
+//! Constrained decoding with `llguidance`: grammars compiled once per request (off the engine
+//! thread), and a per-sequence matcher the runner advances with each accepted token and asks for
+//! the allowed-token mask before sampling (vLLM's order: the mask is applied to the logits before
+//! anything else, so raw logprobs see it too).
+//!
+//! EOS (and every stop token id the request stops at) is allowed only where the grammar may end.
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
+use llguidance::{Matcher, ParserFactory};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// What a request constrains its output to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GrammarSpec {
+    /// A JSON schema.
+    Json(Value),
+    /// Any JSON object (`response_format: json_object`).
+    JsonObject,
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+    /// A Lark grammar (llguidance's dialect, which also reads plain EBNF-style Lark).
+    Lark(String),
+}
+
+/// The vocabulary as llguidance sees it, and the grammar compiler built on it. One per model.
+pub struct GrammarCompiler {
+    factory: ParserFactory,
+}
+
+impl std::fmt::Debug for GrammarCompiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarCompiler").field("vocab_size", &self.factory.tok_env().tok_trie().vocab_size()).finish()
+    }
+}
+
+impl GrammarCompiler {
+    /// `token_bytes[id]` is the text of token `id` as bytes (special tokens prefixed with
+    /// [`TokTrie::SPECIAL_TOKEN_MARKER`]), padded with empty entries to the model's vocabulary
+    /// (the logits' width). `stop_ids` end a constrained output where the grammar accepts.
+    pub fn new(mut token_bytes: Vec<Vec<u8>>, vocab_size: usize, stop_ids: &[u32]) -> Result<Self, String> {
+        if token_bytes.len() > vocab_size {
+            return Err(format!("the tokenizer has {} tokens, more than the model's {vocab_size}", token_bytes.len()));
+        }
+        token_bytes.resize(vocab_size, Vec::new());
+        let stops: Vec<u32> = stop_ids.iter().copied().filter(|&t| (t as usize) < vocab_size).collect();
+        let Some(&eos) = stops.first() else {
+            return Err("the model has no EOS token: a constrained output could never end".into());
+        };
+        let info = TokRxInfo::new(vocab_size as u32, eos);
+        let trie = TokTrie::from(&info, &token_bytes).with_eos_tokens(&stops);
+        let env: llguidance::toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        factory.quiet();
+        Ok(GrammarCompiler { factory })
+    }
+
+    /// Compiles `spec` and checks the grammar can start (an unsatisfiable grammar fails here).
+    pub fn compile(&self, spec: &GrammarSpec) -> Result<Grammar, String> {
+        let grammar = match spec {
+            GrammarSpec::Json(schema) => TopLevelGrammar::from_json_schema(flexible_whitespace(schema.clone())),
+            GrammarSpec::JsonObject => {
+                TopLevelGrammar::from_json_schema(flexible_whitespace(serde_json::json!({"type": "object"})))
+            }
+            GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            GrammarSpec::Choice(choices) => TopLevelGrammar::from_lark(choice_grammar(choices)?),
+            GrammarSpec::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+        };
+        let parser = self.factory.create_parser(grammar).map_err(|e| e.to_string())?;
+        let mut matcher = Matcher::new(Ok(parser));
+        // The first mask: compile errors llguidance finds lazily, and a grammar that allows
+        // nothing at all, show up here rather than mid-generation.
+        let mask = matcher.compute_mask().map_err(|e| e.to_string())?;
+        if mask.num_set() == 0 {
+            return Err("the grammar allows no output at all".into());
+        }
+        Ok(Grammar(Arc::new(matcher)))
+    }
+}
+
+/// Whitespace between JSON tokens: vLLM's default (`disable_any_whitespace` off) allows any, but
+/// a run of it is capped here. Unbounded, a small model can pick newline after newline until
+/// `max_tokens` and never close the object (seen with Qwen2.5-0.5B); 24 characters still hold
+/// a newline and the indent of a deeply nested pretty-printed value. A schema's own
+/// `x-guidance` options win.
+const JSON_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,24}";
+
+fn flexible_whitespace(mut schema: Value) -> Value {
+    if let Value::Object(o) = &mut schema {
+        o.entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({"whitespace_flexible": true, "whitespace_pattern": JSON_WHITESPACE}));
+    }
+    schema
+}
+
+/// `start: "a" | "b"` with each choice as a quoted literal.
+fn choice_grammar(choices: &[String]) -> Result<String, String> {
+    if choices.is_empty() {
+        return Err("choice needs at least one option".into());
+    }
+    let alts: Vec<String> = choices.iter().map(|c| serde_json::to_string(c).expect("a string serializes")).collect();
+    Ok(format!("start: {}", alts.join(" | ")))
+}
+
+/// Each token's bytes, read from a `tokenizer.json` (byte-level BPE or SentencePiece-style
+/// with byte fallback).
+pub fn token_bytes_from_tokenizer_json(json: &Value) -> Result<Vec<Vec<u8>>, String> {
+    // llguidance asserts on vocabularies it does not expect: an error here, not a crash.
+    std::panic::catch_unwind(|| llguidance::token_bytes_from_tokenizer_json(json))
+        .map_err(|_| "the tokenizer's vocabulary could not be read as bytes".to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// A compiled grammar, ready to start matchers. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Grammar(Arc<Matcher>);
+
+impl Grammar {
+    /// A fresh matcher at the grammar's start, owned by one sequence. With `after`, the output
+    /// is free until that token (the end of the model's reasoning), and the grammar applies to
+    /// what follows it, as vLLM applies structured output after reasoning ends.
+    pub fn start(&self, after: Option<u32>) -> GrammarState {
+        GrammarState { matcher: self.0.deep_clone(), failed: false, waiting_for: after }
+    }
+}
+
+impl std::fmt::Debug for Grammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Grammar")
+    }
+}
+
+/// Requests compare equal when they share the compiled grammar.
+impl PartialEq for Grammar {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// One sequence's position in its grammar.
+pub struct GrammarState {
+    matcher: Matcher,
+    /// The matcher hit an internal error: the rest is unconstrained, and says so in the log once.
+    failed: bool,
+    /// Not constrained until this token has been generated.
+    waiting_for: Option<u32>,
+}
+
+impl GrammarState {
+    /// Sets every logit the grammar does not allow next to -inf.
+    pub fn apply_mask(&mut self, logits: &mut [f32]) {
+        if self.failed || self.waiting_for.is_some() {
+            return;
+        }
+        match self.matcher.compute_mask_or_eos() {
+            Ok(mask) => mask_logits(&mask, logits),
+            Err(e) => self.fail(&e.to_string()),
+        }
+    }
+
+    /// Advances past an accepted token.
+    pub fn accept(&mut self, token: u32) {
+        if let Some(end) = self.waiting_for {
+            if token == end {
+                self.waiting_for = None;
+            }
+            return;
+        }
+        if self.failed || self.matcher.is_stopped() {
+            return;
+        }
+        if let Err(e) = self.matcher.consume_token(token) {
+            self.fail(&e.to_string());
+        }
+    }
+
+    fn fail(&mut self, error: &str) {
+        tracing::error!(
+            "structured output: the grammar matcher failed ({error}); the rest of this output is unconstrained"
+        );
+        self.failed = true;
+    }
+}
+
+fn mask_logits(mask: &SimpleVob, logits: &mut [f32]) {
+    for (i, v) in logits.iter_mut().enumerate() {
+        if !mask.is_allowed(i as u32) {
+            *v = f32::NEG_INFINITY;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A toy vocabulary: every printable ASCII byte is a token, plus a few multi-byte tokens and
+    /// an EOS; a greedy "model" that prefers the token listed first in `prefs`.
+    fn compiler() -> (GrammarCompiler, Vec<Vec<u8>>) {
+        let mut words: Vec<Vec<u8>> = (0u8..128).map(|b| vec![b]).collect();
+        for w in ["true", "false", "null", "\"name\"", "  "] {
+            words.push(w.as_bytes().to_vec());
+        }
+        words.push(b"\xFF<eos>".to_vec());
+        let eos = words.len() as u32 - 1;
+        let c = GrammarCompiler::new(words.clone(), words.len() + 3, &[eos]).unwrap();
+        (c, words)
+    }
+
+    /// Greedy decoding where the "model" likes `want`'s bytes in order, then closing quotes,
+    /// and dislikes whitespace (a flat model would pad JSON with whitespace forever).
+    fn decode(c: &GrammarCompiler, words: &[Vec<u8>], spec: &GrammarSpec, want: &[u8]) -> (String, bool) {
+        let mut state = c.compile(spec).unwrap().start(None);
+        let eos = words.len() as u32 - 1;
+        let mut out = Vec::new();
+        for _ in 0..64 {
+            let mut logits = vec![0.0f32; words.len() + 3];
+            logits[b'"' as usize] = 0.5;
+            for (i, w) in words.iter().enumerate() {
+                if !w.is_empty() && w.iter().all(u8::is_ascii_whitespace) {
+                    logits[i] = -1.0;
+                }
+            }
+            if let Some(&b) = want.get(out.len()) {
+                logits[b as usize] = 5.0;
+            }
+            logits[eos as usize] = 1.0;
+            state.apply_mask(&mut logits);
+            let tok = crate::sampler::argmax(&logits);
+            assert!(logits[tok as usize].is_finite(), "the mask left nothing");
+            state.accept(tok);
+            if tok == eos {
+                return (String::from_utf8(out).unwrap(), true);
+            }
+            out.extend_from_slice(&words[tok as usize]);
+        }
+        (String::from_utf8(out).unwrap(), false)
+    }
+
+    #[test]
+    fn regex_choice_and_lark_constrain_a_model_that_wants_something_else() {
+        let (c, words) = compiler();
+        let (s, ended) = decode(&c, &words, &GrammarSpec::Regex("[0-9]{3}-[a-z]+".into()), b"hello");
+        assert!(ended, "{s}");
+        let re = regex_lite_check(&s);
+        assert!(re, "{s:?} does not match");
+        let (s, _) = decode(&c, &words, &GrammarSpec::Choice(vec!["yes".into(), "no".into()]), b"nope");
+        assert_eq!(s, "no", "the model's preferred prefix picks the choice, then EOS comes when complete");
+        let (s, _) = decode(&c, &words, &GrammarSpec::Lark("start: \"a\" B\nB: /[xy]+/".into()), b"axyyx!");
+        assert_eq!(s, "axyyx");
+    }
+
+    fn regex_lite_check(s: &str) -> bool {
+        let (digits, rest) = s.split_at(3.min(s.len()));
+        digits.chars().all(|c| c.is_ascii_digit())
+            && rest.starts_with('-')
+            && rest.len() > 1
+            && rest[1..].chars().all(|c| c.is_ascii_lowercase())
+    }
+
+    #[test]
+    fn json_schema_output_parses_and_eos_waits_for_the_grammar() {
+        let (c, words) = compiler();
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+            "required": ["name", "n"],
+            "additionalProperties": false
+        });
+        // The model would rather stop at once: EOS is masked until the object is complete.
+        let (s, ended) = decode(&c, &words, &GrammarSpec::Json(schema), b"");
+        assert!(ended);
+        let v: Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{s:?}: {e}"));
+        assert!(v["name"].is_string() && v["n"].as_i64().is_some_and(|n| (0..=9).contains(&n)), "{v}");
+        let (s, _) = decode(&c, &words, &GrammarSpec::JsonObject, b"{}");
+        assert_eq!(s, "{}");
+    }
+
+    #[test]
+    fn the_grammar_waits_for_the_end_of_reasoning() {
+        let (c, words) = compiler();
+        let mut state = c.compile(&GrammarSpec::Regex("[0-9]".into())).unwrap().start(Some(b'!' as u32));
+        let free = |s: &mut GrammarState| {
+            let mut l = vec![0.0f32; words.len() + 3];
+            s.apply_mask(&mut l);
+            l.iter().filter(|v| v.is_finite()).count()
+        };
+        assert_eq!(free(&mut state), words.len() + 3, "thinking: unconstrained");
+        state.accept(b'a' as u32);
+        state.accept(b'!' as u32);
+        assert_eq!(free(&mut state), 10, "after the end marker: one digit");
+    }
+
+    #[test]
+    fn bad_grammars_fail_to_compile_with_a_message() {
+        let (c, _) = compiler();
+        for spec in [
+            GrammarSpec::Regex("(unclosed".into()),
+            GrammarSpec::Lark("start: undefined_rule".into()),
+            GrammarSpec::Json(serde_json::json!({"type": "no-such-type"})),
+            GrammarSpec::Choice(vec![]),
+        ] {
+            let e = c.compile(&spec).unwrap_err();
+            assert!(!e.is_empty(), "{spec:?}");
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! What a chat choice's generated text becomes: reasoning split off (`--reasoning-parser`),
+//! tool calls found (constrained `required` / named choices, or `auto` through the tool parser),
+//! the rest content — for a whole response, or delta by delta for a stream.
+
+use crate::reasoning::{ReasoningParser, ReasoningStream};
+use crate::tool_parsers::{self, ToolStream};
+use crate::tools::{ToolCall, ToolChoice, ToolSetup, tool_call_id};
+use serde_json::{Value, json};
+
+/// How a request's output is shaped (the same for each of its choices).
+#[derive(Clone, Debug, Default)]
+pub struct OutputPlan {
+    /// The reasoning parser, and whether the output starts inside the thinking block.
+    pub reasoning: Option<(ReasoningParser, bool)>,
+    /// `include_reasoning` (default true): false drops the reasoning from the response.
+    pub include_reasoning: bool,
+    pub tools: Option<ToolSetup>,
+    /// The parser for `tool_choice: "auto"`.
+    pub auto_parser: Option<String>,
+}
+
+/// A finished choice's message parts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Message {
+    pub content: Option<String>,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl OutputPlan {
+    fn choice(&self) -> &ToolChoice {
+        self.tools.as_ref().map_or(&ToolChoice::None, |t| &t.choice)
+    }
+
+    /// The message of a finished choice whose whole text is `text`.
+    pub fn message(&self, text: &str) -> Message {
+        let (reasoning, answer) = match self.reasoning {
+            Some((p, at_start)) => p.split(text, at_start),
+            None => (None, Some(text.to_string())),
+        };
+        let reasoning = reasoning.filter(|_| self.include_reasoning);
+        let answer_text = answer.as_deref().unwrap_or("");
+        let (content, tool_calls) = match (self.choice(), &self.tools) {
+            (ToolChoice::Named(_) | ToolChoice::Required, Some(setup)) => match setup.constrained_calls(answer_text) {
+                Some(calls) => (Some(String::new()), calls),
+                None => (answer, Vec::new()), // cut short (length): the text as it is
+            },
+            (ToolChoice::Auto, _) => match self.auto_parser.as_deref().and_then(|n| tool_parsers::by_name(n).ok()) {
+                Some(p) => {
+                    let e = p.extract(answer_text);
+                    let calls: Vec<ToolCall> =
+                        e.calls.into_iter().map(|c| ToolCall::new(c.name, c.arguments)).collect();
+                    if calls.is_empty() { (answer, calls) } else { (e.content, calls) }
+                }
+                None => (answer, Vec::new()),
+            },
+            _ => (answer, Vec::new()),
+        };
+        Message { content, reasoning, tool_calls }
+    }
+
+    /// The choice's finish reason: OpenAI's "tool_calls" for `auto` and `required` calls, the
+    /// engine's otherwise ("stop" for a named function).
+    pub fn finish_reason(&self, called: bool, engine: Option<&'static str>) -> Option<&'static str> {
+        let tool_calls = called
+            && match self.choice() {
+                ToolChoice::Auto => true,
+                ToolChoice::Required => engine == Some("stop"),
+                _ => false,
+            };
+        if tool_calls { Some("tool_calls") } else { engine }
+    }
+
+    /// A choice's stream state.
+    pub fn stream(&self) -> ChoiceStream {
+        let tools = match (self.choice(), &self.tools) {
+            (ToolChoice::Auto, _) => match self.auto_parser.as_deref().and_then(|n| tool_parsers::by_name(n).ok()) {
+                Some(p) => StreamTools::Auto(ToolStream::new(p)),
+                None => StreamTools::Plain,
+            },
+            (ToolChoice::Named(name), _) => StreamTools::Named { name: name.clone(), started: false },
+            (ToolChoice::Required, Some(setup)) => StreamTools::Required { setup: setup.clone(), text: String::new() },
+            _ => StreamTools::Plain,
+        };
+        ChoiceStream {
+            reasoning: self.reasoning.map(|(_, at_start)| ReasoningStream::new(at_start)),
+            include_reasoning: self.include_reasoning,
+            tools,
+            called: false,
+        }
+    }
+}
+
+enum StreamTools {
+    Plain,
+    Auto(ToolStream),
+    /// The arguments stream as the model writes them (the grammar keeps them valid).
+    Named {
+        name: String,
+        started: bool,
+    },
+    /// The calls go out once the list is complete.
+    Required {
+        setup: ToolSetup,
+        text: String,
+    },
+}
+
+/// One streamed choice: text deltas in, reasoning / content / tool-call deltas out.
+pub struct ChoiceStream {
+    reasoning: Option<ReasoningStream>,
+    include_reasoning: bool,
+    tools: StreamTools,
+    called: bool,
+}
+
+/// What one step of a choice sends: each tool-call delta is a chunk of its own, as vLLM sends.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeltaParts {
+    pub reasoning: String,
+    pub content: String,
+    pub tool_calls: Vec<Value>,
+}
+
+impl ChoiceStream {
+    /// Whether a tool call has been sent.
+    pub fn called(&self) -> bool {
+        self.called
+    }
+
+    /// Whether text is split or held back here (a step may then have nothing to send yet).
+    pub fn shapes(&self) -> bool {
+        self.reasoning.is_some() || !matches!(self.tools, StreamTools::Plain)
+    }
+
+    pub fn push(&mut self, text: &str, finished: bool) -> DeltaParts {
+        let (reasoning, answer) = match &mut self.reasoning {
+            Some(r) => r.push(text, finished),
+            None => (String::new(), text.to_string()),
+        };
+        let mut out = DeltaParts {
+            reasoning: if self.include_reasoning { reasoning } else { String::new() },
+            ..Default::default()
+        };
+        match &mut self.tools {
+            StreamTools::Plain => out.content = answer,
+            StreamTools::Auto(ts) => {
+                let d = ts.push(&answer, finished);
+                out.content = d.content;
+                for (index, call) in d.calls {
+                    out.tool_calls.extend(call_deltas(index, &call));
+                }
+            }
+            StreamTools::Named { name, started } => {
+                if !*started && !answer.is_empty() {
+                    *started = true;
+                    out.tool_calls.push(json!({"index": 0, "id": tool_call_id(), "type": "function",
+                        "function": {"name": name, "arguments": answer}}));
+                } else if !answer.is_empty() {
+                    out.tool_calls.push(json!({"index": 0, "function": {"arguments": answer}}));
+                }
+            }
+            StreamTools::Required { setup, text } => {
+                text.push_str(&answer);
+                if finished {
+                    match setup.constrained_calls(text) {
+                        Some(calls) => {
+                            for (index, call) in calls.iter().enumerate() {
+                                out.tool_calls.extend(call_deltas(index, call));
+                            }
+                        }
+                        None => out.content = std::mem::take(text),
+                    }
+                }
+            }
+        }
+        self.called |= !out.tool_calls.is_empty();
+        out
+    }
+}
+
+/// A call as vLLM streams it: id, type and name first, then the arguments.
+fn call_deltas(index: usize, call: &ToolCall) -> [Value; 2] {
+    [
+        json!({"index": index, "id": call.id, "type": "function", "function": {"name": call.name}}),
+        json!({"index": index, "function": {"arguments": call.arguments}}),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(choice: Value) -> OutputPlan {
+        let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]);
+        OutputPlan {
+            reasoning: Some((ReasoningParser::Qwen3, false)),
+            include_reasoning: true,
+            tools: crate::tools::parse(Some(&tools), Some(&choice), None, true).unwrap(),
+            auto_parser: Some("hermes".into()),
+        }
+    }
+
+    /// The stream's pieces, put back together, against the whole message.
+    fn streamed(p: &OutputPlan, text: &str, at: usize) -> (String, String, Vec<(String, String)>) {
+        let mut s = p.stream();
+        let (mut r, mut c, mut calls) = (String::new(), String::new(), Vec::<(String, String)>::new());
+        for (piece, fin) in [(&text[..at], false), (&text[at..], true)] {
+            let d = s.push(piece, fin);
+            r += &d.reasoning;
+            c += &d.content;
+            for tc in d.tool_calls {
+                let i = tc["index"].as_u64().unwrap() as usize;
+                if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str) {
+                    assert_eq!(i, calls.len());
+                    assert!(tc["id"].as_str().unwrap().starts_with("chatcmpl-tool-"));
+                    calls.push((name.to_string(), String::new()));
+                }
+                calls[i].1 += tc.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("");
+            }
+        }
+        (r, c, calls)
+    }
+
+    #[test]
+    fn reasoning_then_auto_calls_stream_as_the_whole_message() {
+        let p = plan(json!("auto"));
+        let text =
+            "<think>need add</think>\n\nOk.<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        let m = p.message(text);
+        assert_eq!(m.reasoning.as_deref(), Some("need add"));
+        assert_eq!(m.content.as_deref(), Some("\n\nOk."));
+        assert_eq!((m.tool_calls[0].name.as_str(), m.tool_calls[0].arguments.as_str()), ("add", r#"{"a": 1}"#));
+        assert_eq!(p.finish_reason(true, Some("stop")), Some("tool_calls"));
+        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (r, c, calls) = streamed(&p, text, at);
+            assert_eq!((r.as_str(), c.as_str()), ("need add", "\n\nOk."), "split at {at}");
+            assert_eq!(calls, vec![("add".to_string(), r#"{"a": 1}"#.to_string())], "split at {at}");
+        }
+    }
+
+    #[test]
+    fn named_and_required_outputs_are_calls() {
+        let p = plan(json!({"type": "function", "function": {"name": "add"}}));
+        let m = p.message("{\"a\": 2}");
+        assert_eq!((m.content.as_deref(), m.tool_calls[0].arguments.as_str()), (Some(""), "{\"a\": 2}"));
+        assert_eq!(p.finish_reason(true, Some("stop")), Some("stop"), "named: OpenAI says stop");
+        let (_, c, calls) = streamed(&p, "{\"a\": 2}", 3);
+        assert_eq!((c.as_str(), calls), ("", vec![("add".to_string(), "{\"a\": 2}".to_string())]));
+        let p = plan(json!("required"));
+        let text = "[{\"name\": \"add\", \"parameters\": {\"a\": 3}}]";
+        assert_eq!(p.message(text).tool_calls[0].arguments, "{\"a\": 3}");
+        assert_eq!(p.finish_reason(true, Some("stop")), Some("tool_calls"));
+        assert_eq!(streamed(&p, text, 5).2, vec![("add".to_string(), "{\"a\": 3}".to_string())]);
+    }
+}

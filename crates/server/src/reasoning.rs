@@ -1,0 +1,209 @@
+//! Reasoning parsers (`--reasoning-parser`): split a model's thinking (`<think>...</think>`)
+//! from its answer. The thinking goes to `message.reasoning` / `delta.reasoning` (vLLM's field
+//! name), the rest to `content`; tool parsing and structured output apply to the answer only.
+
+use vllm_rs_frontend::Tokenizer;
+
+const START: &str = "<think>";
+const END: &str = "</think>";
+
+/// The parsers this server has, by vLLM's names.
+pub const NAMES: &[&str] = &["qwen3", "deepseek_r1"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningParser {
+    /// Qwen3: thinking only when the output opens `<think>` (or the prompt left one open); with
+    /// `enable_thinking: false` the template closes an empty block and the output is all answer.
+    Qwen3,
+    /// DeepSeek-R1: the output is thinking until `</think>` (the template opens the block).
+    DeepSeekR1,
+}
+
+/// Token ids of the think markers, for the engine (structured output starts after the end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThinkTokens {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl ReasoningParser {
+    /// The parser named `name` for `tokenizer`, which must have both markers as single tokens
+    /// (vLLM refuses to start otherwise too).
+    pub fn by_name(name: &str, tokenizer: &Tokenizer) -> Result<(Self, ThinkTokens), String> {
+        let parser = match name {
+            "qwen3" => ReasoningParser::Qwen3,
+            "deepseek_r1" => ReasoningParser::DeepSeekR1,
+            "gpt_oss" | "granite" | "deepseek_v3" | "glm45" | "hunyuan_a13b" | "mistral" | "step3" | "ernie45"
+            | "olmo3" | "minimax_m2" | "seed_oss" | "kimi_k2" => {
+                return Err(format!(
+                    "reasoning parser {name:?} is not implemented yet; available: {}",
+                    NAMES.join(", ")
+                ));
+            }
+            _ => return Err(format!("unknown reasoning parser {name:?}; available: {}", NAMES.join(", "))),
+        };
+        let id = |t: &str| {
+            tokenizer.token_to_id(t).ok_or_else(|| {
+                format!("reasoning parser {name:?}: the tokenizer has no {t} token (is this a reasoning model?)")
+            })
+        };
+        Ok((parser, ThinkTokens { start: id(START)?, end: id(END)? }))
+    }
+
+    /// Whether the output starts inside a thinking block: always for DeepSeek-R1; for Qwen3 when
+    /// the prompt ends with an open block.
+    pub fn starts_thinking(self, prompt: &[u32], t: ThinkTokens) -> bool {
+        match self {
+            ReasoningParser::DeepSeekR1 => !reasoning_ended(prompt, t),
+            ReasoningParser::Qwen3 => {
+                let last_start = prompt.iter().rposition(|&x| x == t.start);
+                last_start.is_some_and(|s| !prompt[s..].contains(&t.end))
+            }
+        }
+    }
+
+    /// Splits a finished output into (reasoning, content).
+    pub fn split(self, text: &str, thinking_at_start: bool) -> (Option<String>, Option<String>) {
+        let trimmed = text.trim_start();
+        let (opened, body) = match trimmed.strip_prefix(START) {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        if !opened && !thinking_at_start {
+            return (None, Some(text.to_string()));
+        }
+        match body.split_once(END) {
+            Some((r, c)) => (Some(r.to_string()), (!c.is_empty()).then(|| c.to_string())),
+            None => (Some(body.to_string()), None),
+        }
+    }
+}
+
+/// Whether the prompt already closed its thinking (the last end marker after the last start).
+pub fn reasoning_ended(prompt: &[u32], t: ThinkTokens) -> bool {
+    match (prompt.iter().rposition(|&x| x == t.start), prompt.iter().rposition(|&x| x == t.end)) {
+        (Some(s), Some(e)) => e > s,
+        (None, Some(_)) => true,
+        _ => false,
+    }
+}
+
+/// One streamed choice's split.
+pub struct ReasoningStream {
+    text: String,
+    /// Decided: `Some(true)` thinking, `Some(false)` answer only; `None` until the first
+    /// non-whitespace text shows whether `<think>` opens it.
+    thinking: Option<bool>,
+    at_start: bool,
+    /// Bytes of `text` already sent.
+    sent: usize,
+    ended: bool,
+}
+
+/// (reasoning, content) of one step.
+pub type SplitDelta = (String, String);
+
+impl ReasoningStream {
+    pub fn new(thinking_at_start: bool) -> Self {
+        ReasoningStream {
+            text: String::new(),
+            thinking: thinking_at_start.then_some(true),
+            at_start: thinking_at_start,
+            sent: 0,
+            ended: false,
+        }
+    }
+
+    /// The next piece of text, split; the same split as [`ReasoningParser::split`] of the whole
+    /// (either parser: they differ only in where thinking starts, given to [`Self::new`]).
+    pub fn push(&mut self, piece: &str, finished: bool) -> SplitDelta {
+        self.text.push_str(piece);
+        if self.thinking.is_none() {
+            let t = self.text.trim_start();
+            if t.starts_with(START) {
+                self.thinking = Some(true);
+                self.sent = self.text.len() - t.len() + START.len();
+            } else if !finished && START.starts_with(t) {
+                return (String::new(), String::new()); // maybe `<think>` still to come
+            } else {
+                self.thinking = Some(false);
+            }
+        } else if self.at_start && self.sent == 0 {
+            // DeepSeek-R1 style: the output may still repeat the opening marker.
+            let t = self.text.trim_start();
+            if t.starts_with(START) {
+                self.sent = self.text.len() - t.len() + START.len();
+            } else if !finished && START.starts_with(t) && !t.is_empty() {
+                return (String::new(), String::new());
+            }
+        }
+        if self.thinking == Some(false) || self.ended {
+            let c = self.text[self.sent..].to_string();
+            self.sent = self.text.len();
+            return (String::new(), c);
+        }
+        let unsent = &self.text[self.sent..];
+        if let Some(i) = unsent.find(END) {
+            let r = unsent[..i].to_string();
+            let c = unsent[i + END.len()..].to_string();
+            self.ended = true;
+            self.sent = self.text.len();
+            return (r, c);
+        }
+        // Hold back what may be the start of `</think>`.
+        let held = if finished { 0 } else { (1..END.len()).rev().find(|&n| unsent.ends_with(&END[..n])).unwrap_or(0) };
+        let end = self.text.len() - held;
+        let r = self.text[self.sent..end].to_string();
+        self.sent = end;
+        (r, String::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: ThinkTokens = ThinkTokens { start: 1, end: 2 };
+
+    #[test]
+    fn split_follows_the_markers() {
+        let q = ReasoningParser::Qwen3;
+        assert_eq!(
+            q.split("<think>\nhmm\n</think>\n\nParis.", false),
+            (Some("\nhmm\n".into()), Some("\n\nParis.".into()))
+        );
+        assert_eq!(q.split("Paris.", false), (None, Some("Paris.".into())));
+        assert_eq!(q.split("hmm</think>Paris.", true), (Some("hmm".into()), Some("Paris.".into())));
+        assert_eq!(q.split("<think>still thinking", false), (Some("still thinking".into()), None));
+        let r1 = ReasoningParser::DeepSeekR1;
+        assert_eq!(r1.split("a</think>b", true), (Some("a".into()), Some("b".into())));
+        assert_eq!(r1.split("<think>a", true), (Some("a".into()), None));
+        // Prompts: an open block starts the output thinking; a closed one (enable_thinking false) not.
+        assert!(q.starts_thinking(&[5, 1, 6], T));
+        assert!(!q.starts_thinking(&[5, 1, 2, 6], T));
+        assert!(!q.starts_thinking(&[5, 6], T));
+        assert!(r1.starts_thinking(&[5, 6], T));
+        assert!(reasoning_ended(&[1, 9, 2], T) && !reasoning_ended(&[2, 1], T));
+    }
+
+    #[test]
+    fn streaming_split_anywhere_matches_the_whole_split() {
+        for (parser, at_start, text) in [
+            (ReasoningParser::Qwen3, false, "<think>\nLet me think é.\n</think>\n\nThe answer is 4."),
+            (ReasoningParser::Qwen3, false, "The answer is 4 <thin"),
+            (ReasoningParser::Qwen3, true, "so</think>done"),
+            (ReasoningParser::DeepSeekR1, true, "<think>x</thi"),
+            (ReasoningParser::DeepSeekR1, true, "plain reasoning</think>"),
+        ] {
+            let (want_r, want_c) = parser.split(text, at_start);
+            let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+            for &at in &bounds {
+                let mut s = ReasoningStream::new(at_start);
+                let (r1, c1) = s.push(&text[..at], false);
+                let (r2, c2) = s.push(&text[at..], true);
+                assert_eq!(r1 + &r2, want_r.clone().unwrap_or_default(), "{text:?} split at {at}");
+                assert_eq!(c1 + &c2, want_c.clone().unwrap_or_default(), "{text:?} split at {at}");
+            }
+        }
+    }
+}
