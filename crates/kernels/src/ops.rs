@@ -138,6 +138,40 @@ fn silu_mul_on(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// Abramowitz & Stegun 7.1.26 for `erfc(z)`, `z ≥ 0`: `poly(t) e^{-z²}`, `t = 1/(1 + p z)`.
+const ERFC_P: f32 = 0.327_591_1;
+const ERFC_A: [f32; 5] = [1.061_405_4, -1.453_152_1, 1.421_413_7, -0.284_496_74, 0.254_829_6];
+
+/// `x = gelu(x)`, torch's exact (erf) GELU: `0.5 x (1 + erf(x/√2))`, with `1 + erf(-z)` taken
+/// as the complement `erfc(z)` for negative x so nothing cancels (|error| < 1.5e-7 from A&S
+/// 7.1.26). The same bits on every tier; split over the pool's threads in runs of 64.
+pub fn gelu_erf(x: &mut [f32]) {
+    let tier = crate::isa::tier();
+    crate::pool::rows_mut(x, 1, crate::pool::PARALLEL_VALUES, |_, x| gelu_erf_on(tier, x));
+}
+
+fn gelu_erf_on(tier: crate::isa::Tier, x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    let done = if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+        // SAFETY: the tier guarantees AVX2 and FMA.
+        unsafe { x86::gelu_erf(x) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = {
+        let _ = tier;
+        0
+    };
+    for v in &mut x[done..] {
+        let z = v.abs() * std::f32::consts::FRAC_1_SQRT_2;
+        let t = 1.0 / ERFC_P.mul_add(z, 1.0);
+        let poly = ERFC_A.iter().fold(0.0f32, |acc, a| acc.mul_add(t, *a)) * t;
+        let q = poly * exp(-z * z);
+        *v = 0.5 * *v * if *v >= 0.0 { 2.0 - q } else { q };
+    }
+}
+
 /// `gate = gelu_tanh(gate) * up` (GeGLU with the tanh approximation, `gelu_pytorch_tanh`).
 pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     const C: f32 = 0.797_884_6; // sqrt(2/pi)
@@ -201,8 +235,36 @@ pub fn exp(x: f32) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{EXP_C, LN2_HI, LN2_LO, LOG2E};
+    use super::{ERFC_A, ERFC_P, EXP_C, LN2_HI, LN2_LO, LOG2E};
     use std::arch::x86_64::*;
+
+    /// [`super::gelu_erf`] for the whole octets, the scalar arithmetic lane by lane; returns
+    /// how many elements were done.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gelu_erf(x: &mut [f32]) -> usize {
+        let n8 = x.len() / 8 * 8;
+        let (one, two, half) = (_mm256_set1_ps(1.0), _mm256_set1_ps(2.0), _mm256_set1_ps(0.5));
+        let sign = _mm256_set1_ps(-0.0);
+        for i in (0..n8).step_by(8) {
+            // SAFETY: i + 8 ≤ n8 ≤ x.len().
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let v = _mm256_loadu_ps(p);
+                let z = _mm256_mul_ps(_mm256_andnot_ps(sign, v), _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+                let t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(ERFC_P), z, one));
+                let mut poly = _mm256_setzero_ps();
+                for a in ERFC_A {
+                    poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(a));
+                }
+                poly = _mm256_mul_ps(poly, t);
+                let q = _mm256_mul_ps(poly, exp8(_mm256_mul_ps(_mm256_xor_ps(z, sign), z)));
+                let pos = _mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_setzero_ps());
+                let f = _mm256_blendv_ps(q, _mm256_sub_ps(two, q), pos);
+                _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_mul_ps(half, v), f));
+            }
+        }
+        n8
+    }
 
     /// `x[i] = exp(x[i] - max)` for all of `x` (the tail through a padded copy); returns x.len().
     #[target_feature(enable = "avx2,fma")]
@@ -260,6 +322,27 @@ mod x86 {
         p = _mm256_fmadd_ps(_mm256_fmadd_ps(p, r, one), r, one);
         let scale = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
         _mm256_mul_ps(p, _mm256_castsi256_ps(scale))
+    }
+}
+
+#[cfg(test)]
+mod gelu_tests {
+    use super::*;
+    use crate::testing::rand_vec;
+
+    #[test]
+    fn gelu_erf_gives_the_same_bits_on_every_tier() {
+        let x: Vec<f32> = rand_vec(1003, 7).iter().map(|v| v * 8.0).collect();
+        let mut scalar = x.clone();
+        gelu_erf_on(crate::isa::Tier::Scalar, &mut scalar);
+        for tier in crate::isa::Tier::available() {
+            let mut got = x.clone();
+            gelu_erf_on(tier, &mut got);
+            assert_eq!(got, scalar, "{tier:?}");
+        }
+        let mut pooled = x;
+        gelu_erf(&mut pooled);
+        assert_eq!(pooled, scalar);
     }
 }
 

@@ -8,20 +8,6 @@ use crate::moe::{MoeBuffers, SparseMoe};
 use vllm_rs_kernels::ops;
 
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))`, as `ops::gelu_tanh_mul` computes it.
-/// `0.5 x (1 + erf(x / sqrt(2)))`, torch's exact `gelu`, in f32: `1 + erf(-z)` is the
-/// complement `q = poly(t) e^{-z²}` (A&S 7.1.26, |error| < 1.5e-7), taken directly for
-/// negative x so nothing cancels; plain arithmetic and [`ops::exp`], so a loop vectorizes (the
-/// f64 libm version cost a seventh of a BERT forward).
-fn gelu(x: f32) -> f32 {
-    const P: f32 = 0.327_591_1;
-    const A: [f32; 5] = [0.254_829_6, -0.284_496_74, 1.421_413_7, -1.453_152_1, 1.061_405_4];
-    let z = x.abs() * std::f32::consts::FRAC_1_SQRT_2;
-    let t = 1.0 / P.mul_add(z, 1.0);
-    let poly = A.iter().rev().fold(0.0, |acc, a| (acc + a) * t);
-    let q = poly * ops::exp(-z * z);
-    0.5 * x * if x >= 0.0 { 2.0 - q } else { q }
-}
-
 fn gelu_tanh(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2/pi)
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
@@ -42,7 +28,7 @@ impl Activation {
         match self {
             Activation::Silu => x.iter_mut().for_each(|v| *v /= 1.0 + ops::exp(-*v)),
             Activation::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-            Activation::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v)),
+            Activation::Gelu => ops::gelu_erf(x),
             Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
         }
     }
@@ -135,6 +121,12 @@ impl FeedForward {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gelu(x: f32) -> f32 {
+        let mut v = [x];
+        ops::gelu_erf(&mut v);
+        v[0]
+    }
 
     /// The error function, Abramowitz & Stegun 7.1.26 in f64: absolute error below 1.5e-7, about
     /// one f32 ulp of `erf` near 1 (std has no `erf`).

@@ -1,15 +1,15 @@
 //! Which top-level request fields each endpoint takes.
 //!
-//! vLLM accepts any extra field and ignores it with a debug log. We do not silently ignore
-//! anything that would change the output:
+//! vLLM accepts any extra field and ignores it with a debug log. We do not ignore anything
+//! that would change the output:
 //! - fields we implement, and harmless OpenAI fields that never change the output (`user`,
 //!   `store`, `metadata`, `service_tier`...), are accepted;
 //! - fields vLLM implements and we do not yet (beam search, `logits_processors`...), and the
 //!   `guided_*` fields older vLLM took (now `structured_outputs`), are rejected with 400 naming
 //!   the field — unless they carry the value that means "off" (`null`, `"use_beam_search":
 //!   false`...), which clients often send by default;
-//! - any other field is a 400 naming it: a typo (`max_token`) would otherwise run a different
-//!   request than the one the client meant.
+//! - any other field is accepted, as vLLM accepts it, with a warning in the log naming it
+//!   (clients send the extra fields of other servers' APIs; a typo shows in the log).
 
 use crate::errors::{ApiError, ApiResult};
 use crate::json_body::RawObject;
@@ -262,8 +262,10 @@ fn is_neutral(u: &Unsupported, raw: &RawValue) -> bool {
     raw.get().len() <= LONGEST_NEUTRAL && serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| (u.neutral)(&v))
 }
 
-/// Rejects unsupported fields (with a non-neutral value) and unknown fields, naming them.
+/// Rejects unsupported fields (with a non-neutral value), naming them. Unknown fields are
+/// accepted and logged, as vLLM does (clients send extra fields of other servers' APIs).
 pub fn check_fields(body: &RawObject, endpoint: Endpoint) -> ApiResult<()> {
+    let mut unknown = Vec::new();
     for (key, value) in body.fields() {
         if endpoint.accepts(key) {
             continue;
@@ -276,13 +278,11 @@ pub fn check_fields(body: &RawObject, endpoint: Endpoint) -> ApiResult<()> {
                     format!("`{key}` is not supported by this server (vllm-rs) yet; remove it from the request."),
                 ));
             }
-            None => {
-                return Err(ApiError::invalid(
-                    key,
-                    format!("Unknown field `{key}`: this endpoint does not take it (check the spelling)."),
-                ));
-            }
+            None => unknown.push(key),
         }
+    }
+    if !unknown.is_empty() {
+        tracing::warn!("The following fields were present in the request but ignored: {unknown:?}");
     }
     Ok(())
 }
@@ -315,11 +315,7 @@ mod tests {
         assert!(e.message.contains("not supported"), "{}", e.message);
         let e = check(json!({"functions": [{"name": "f"}]}), Endpoint::Chat).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("functions"));
-        let e = check(json!({"max_token": 5}), Endpoint::Completion).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("max_token"));
-        assert!(e.message.contains("Unknown field"), "{}", e.message);
-        // A chat-only field on the completion endpoint is unknown there.
-        assert!(check(json!({"messages": []}), Endpoint::Completion).is_err());
-        assert!(check(json!({"tools": []}), Endpoint::Completion).is_err());
+        // Unknown fields (a typo, another API's extras) are accepted and logged, as vLLM does.
+        check(json!({"max_token": 5, "messages": [], "tools": []}), Endpoint::Completion).unwrap();
     }
 }
