@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Decode speed with and without n-gram speculative decoding on a code-editing request (a
+# Decode speed with and without speculative decoding (n-gram by default; any SPEC_JSON, e.g.
+# a draft model) on a code-editing request (a
 # source file of a few hundred lines and an instruction to change one function, so the answer
 # copies most of the file) and on free chat, greedy, one request at a time.
 #
@@ -62,5 +63,5 @@ for line in open(sys.argv[1]):
     rates.setdefault((task, mode), []).append(float(rate))
 for task in ["code", "chat"]:
     off, on = statistics.median(rates[(task, "off")]), statistics.median(rates[(task, "on")])
-    print(f"{task}: decode {off:.1f} tok/s without speculation, {on:.1f} with n-gram drafts: {on / off:.2f}x")
+    print(f"{task}: decode {off:.1f} tok/s without speculation, {on:.1f} with it: {on / off:.2f}x")
 EOF
