@@ -138,6 +138,37 @@ pub struct EncoderWorkspace {
 }
 
 impl EncoderModel {
+    /// The parts every family loads alike, from tensors under `prefix` (`embeddings.*`,
+    /// `encoder.layer.*`); no token types and no relative bias (a family adds its own).
+    pub fn load(
+        ck: &Checkpoint,
+        prefix: &str,
+        c: &EncoderConfig,
+        architecture: &str,
+        positions: Positions,
+        names: &LayerNames,
+    ) -> Result<Self> {
+        let d = c.hidden_size;
+        let e = |n: &str| format!("{prefix}embeddings.{n}");
+        Ok(EncoderModel {
+            info: PoolingInfo {
+                architecture: architecture.to_string(),
+                hidden_size: d,
+                vocab_size: c.vocab_size,
+                max_position_embeddings: c.max_position_embeddings.saturating_sub(positions.offset()),
+            },
+            word_embeddings: Embedding { weight: ck.matrix(&e("word_embeddings.weight"), c.vocab_size, d)? },
+            position_embeddings: ck.matrix(&e("position_embeddings.weight"), c.max_position_embeddings, d)?,
+            positions,
+            token_type: None,
+            embed_norm: LayerNorm::load(ck, &e("LayerNorm"), d, c.layer_norm_eps)?,
+            layers: load_layers(ck, prefix, c, names)?,
+            attention: c.attention(),
+            act: c.activation()?,
+            relative_bias: None,
+        })
+    }
+
     /// Runs sequences (`ids` holds them one after another, lengths `seq_lens`) through the
     /// encoder; returns the last hidden state of every token (`tokens × hidden_size`).
     /// `type_ids`: the token type of every token (text pairs); `None` is type 0 throughout.

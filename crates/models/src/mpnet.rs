@@ -3,13 +3,8 @@
 //! bucketed relative distances, shared by every layer.
 
 use crate::checkpoint::Checkpoint;
-use crate::encoder::{
-    EncoderConfig, EncoderModel, LayerNames, Positions, RelativePositionBias, load_layers, tensor_prefix,
-};
+use crate::encoder::{EncoderConfig, EncoderModel, LayerNames, Positions, RelativePositionBias, tensor_prefix};
 use crate::error::{Error, Result};
-use crate::layers::Embedding;
-use crate::norm::LayerNorm;
-use crate::pooling_model::PoolingInfo;
 use serde_json::Value;
 
 /// `MPNetForMaskedLM` is what all-mpnet-base-v2 names: its folder holds only the encoder.
@@ -34,8 +29,6 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
     let c = EncoderConfig::parse(config)?;
     let positions = Positions::AfterPadding { padding_idx: 1 };
     let prefix = tensor_prefix(ck, &["mpnet."]);
-    let d = c.hidden_size;
-    let e = |n: &str| format!("{prefix}embeddings.{n}");
     let buckets = config.get("relative_attention_num_buckets").and_then(Value::as_u64).unwrap_or(32) as usize;
     if buckets < NUM_BUCKETS {
         return Err(Error::msg(format!(
@@ -44,21 +37,7 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
     }
     let table =
         ck.matrix(&format!("{prefix}encoder.relative_attention_bias.weight"), buckets, c.num_attention_heads)?;
-    Ok(EncoderModel {
-        info: PoolingInfo {
-            architecture: architecture.to_string(),
-            hidden_size: d,
-            vocab_size: c.vocab_size,
-            max_position_embeddings: c.max_position_embeddings.saturating_sub(positions.offset()),
-        },
-        word_embeddings: Embedding { weight: ck.matrix(&e("word_embeddings.weight"), c.vocab_size, d)? },
-        position_embeddings: ck.matrix(&e("position_embeddings.weight"), c.max_position_embeddings, d)?,
-        positions,
-        token_type: None,
-        embed_norm: LayerNorm::load(ck, &e("LayerNorm"), d, c.layer_norm_eps)?,
-        layers: load_layers(ck, prefix, &c, &NAMES)?,
-        attention: c.attention(),
-        act: c.activation()?,
-        relative_bias: Some(RelativePositionBias { table, num_buckets: NUM_BUCKETS, max_distance: MAX_DISTANCE }),
-    })
+    let mut m = EncoderModel::load(ck, prefix, &c, architecture, positions, &NAMES)?;
+    m.relative_bias = Some(RelativePositionBias { table, num_buckets: NUM_BUCKETS, max_distance: MAX_DISTANCE });
+    Ok(m)
 }

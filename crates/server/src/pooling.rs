@@ -61,6 +61,22 @@ pub fn input_ids(
         .collect()
 }
 
+/// The checks and tokenizing every `input`-taking pooling request shares (`/v1/embeddings`,
+/// `/pooling`, `/classify`): served model name, priority, `input` present, token ids.
+pub fn prepare_input(
+    state: &AppState,
+    model: &ModelContext,
+    requested_model: Option<&str>,
+    input: Option<PoolingInput>,
+    how: &TokenizeFor,
+    priority: Option<i64>,
+) -> ApiResult<Vec<Vec<u32>>> {
+    state.check_model(requested_model)?;
+    check_priority(priority)?;
+    let input = input.ok_or_else(|| ApiError::schema("input", "input: Field required"))?;
+    input_ids("input", input.into_inputs(), how, state, model)
+}
+
 /// The length `truncate_prompt_tokens` asks for, checked as vLLM checks it.
 pub fn truncation(truncate: Option<i64>, max_len: usize) -> ApiResult<Option<usize>> {
     match truncate {

@@ -1,9 +1,9 @@
 //! `POST /classify` (vLLM's schema) on a `*ForSequenceClassification` model: each input's
 //! label probabilities (softmax of the head's logits) and the most likely label.
 
-use crate::errors::{ApiError, ApiResult};
+use crate::errors::ApiResult;
 use crate::json_body::typed;
-use crate::pooling::{TokenizeFor, check_priority, input_ids, need_head, pool_all, runner_inputs};
+use crate::pooling::{TokenizeFor, need_head, pool_all, prepare_input, runner_inputs};
 use crate::protocol::common::{Usage, request_id, unix_now};
 use crate::protocol::fields::Endpoint;
 use crate::protocol::pooling::{ClassificationData, ClassificationRequest, ClassificationResponse};
@@ -52,15 +52,12 @@ async fn handle(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> ApiRe
 }
 
 fn prepare(state: &AppState, model: &ModelContext, req: ClassificationRequest) -> ApiResult<(Vec<Vec<u32>>, String)> {
-    state.check_model(req.model.as_deref())?;
     need_head(model.pooler()?)?;
-    check_priority(req.priority)?;
-    let input = req.input.ok_or_else(|| ApiError::schema("input", "input: Field required"))?;
     let how = TokenizeFor {
         add_special_tokens: req.add_special_tokens.unwrap_or(true),
         truncate: req.truncate_prompt_tokens,
     };
-    let ids = input_ids("input", input.into_inputs(), &how, state, model)?;
+    let ids = prepare_input(state, model, req.model.as_deref(), req.input, &how, req.priority)?;
     Ok((ids, request_id("classify", req.request_id.as_deref())))
 }
 

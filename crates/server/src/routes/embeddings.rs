@@ -1,10 +1,10 @@
 //! `POST /v1/embeddings` and `POST /pooling` (vLLM's schemas) on an embedding model.
 
-use crate::errors::{ApiError, ApiResult};
+use crate::errors::ApiResult;
 use crate::json_body::typed;
 use crate::pooling::{
-    TokenizeFor, check_dimensions, check_priority, encode_vector, finish_vector, input_ids, need_embedder,
-    parse_encoding_format, pool_all, runner_inputs,
+    TokenizeFor, check_dimensions, encode_vector, finish_vector, need_embedder, parse_encoding_format, pool_all,
+    prepare_input, runner_inputs,
 };
 use crate::protocol::common::{Usage, request_id, unix_now};
 use crate::protocol::fields::Endpoint;
@@ -78,16 +78,13 @@ async fn handle(state: &Arc<AppState>, headers: &HeaderMap, body: Body, kind: Ki
 }
 
 fn prepare(state: &AppState, model: &ModelContext, req: EmbeddingRequest, kind: Kind) -> ApiResult<Prepared> {
-    state.check_model(req.model.as_deref())?;
     let pooler = model.pooler()?;
     need_embedder(pooler)?;
-    check_priority(req.priority)?;
-    let input = req.input.ok_or_else(|| ApiError::schema("input", "input: Field required"))?;
     let how = TokenizeFor {
         add_special_tokens: req.add_special_tokens.unwrap_or(true),
         truncate: req.truncate_prompt_tokens,
     };
-    let ids = input_ids("input", input.into_inputs(), &how, state, model)?;
+    let ids = prepare_input(state, model, req.model.as_deref(), req.input, &how, req.priority)?;
     let prefix = if kind == Kind::Embeddings { "embd" } else { "pool" };
     Ok(Prepared {
         ids,
