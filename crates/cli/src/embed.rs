@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use tracing::info;
-use vllm_rs_models::PoolingWorkspace;
+use vllm_rs_engine::{PoolingHandle, PoolingInput, PoolingTask};
 
 #[derive(Args)]
 pub struct EmbedArgs {
@@ -64,8 +64,9 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     };
     let texts = read_lines(&a.input)?;
     let ids = tokenize(&p, &texts, !a.no_truncate)?;
-    let vectors = embed_all(&p, &ids, !a.no_normalize && p.model.pooling.normalize);
-    write(&a, &vectors, p.model.info.hidden_size)
+    let (normalize, d) = (!a.no_normalize && p.model.pooling.normalize, p.model.info.hidden_size);
+    let vectors = embed_all(p, ids, normalize)?;
+    write(&a, &vectors, d)
 }
 
 fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
@@ -110,44 +111,30 @@ fn tokenize(p: &LoadedPooling, texts: &[String], truncate: bool) -> Result<Vec<V
     Ok(ids)
 }
 
-/// Runs the texts in batches of at most `max_num_batched_tokens` tokens.
-fn embed_all(p: &LoadedPooling, ids: &[Vec<u32>], normalize: bool) -> Vec<Vec<f32>> {
+/// Runs the texts through the pooling runner (the server's: batches of at most
+/// `max_num_batched_tokens` tokens), in order.
+fn embed_all(p: LoadedPooling, ids: Vec<Vec<u32>>, normalize: bool) -> Result<Vec<Vec<f32>>> {
     let bar = ProgressBar::with_draw_target(Some(ids.len() as u64), ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template("embedding [{wide_bar}] {pos}/{len} texts {per_sec} ETA {eta}") {
         bar.set_style(style.progress_chars("=> "));
     }
-    let model = &p.model;
-    let d = model.info.hidden_size;
-    let mut ws = PoolingWorkspace::default();
-    let mut out = Vec::with_capacity(ids.len());
-    let mut start = 0;
-    while start < ids.len() {
-        let mut end = start + 1;
-        let mut tokens = ids[start].len();
-        while end < ids.len()
-            && end - start < p.limits.max_num_seqs
-            && tokens + ids[end].len() <= p.limits.max_num_batched_tokens
-        {
-            tokens += ids[end].len();
-            end += 1;
+    let runner = PoolingHandle::spawn(p.model, p.limits);
+    let pending: Vec<_> = ids
+        .into_iter()
+        .map(|token_ids| runner.pool(PoolingInput { token_ids, token_type_ids: None, task: PoolingTask::Embed }))
+        .collect();
+    let mut out = Vec::with_capacity(pending.len());
+    for rx in pending {
+        let mut v = rx.blocking_recv().context("the pooling runner stopped")?;
+        if normalize {
+            vllm_rs_engine::normalize(&mut v);
         }
-        let lens: Vec<usize> = ids[start..end].iter().map(Vec::len).collect();
-        let hidden = model.forward(&ids[start..end].concat(), None, &lens, &mut ws);
-        let mut row = 0;
-        for len in lens {
-            let mut v = Vec::with_capacity(d);
-            p.model.pooling.pooling_type.pool(&hidden[row * d..(row + len) * d], d, &mut v);
-            if normalize {
-                vllm_rs_engine::normalize(&mut v);
-            }
-            out.push(v);
-            row += len;
-        }
-        bar.inc((end - start) as u64);
-        start = end;
+        out.push(v);
+        bar.inc(1);
     }
+    runner.shutdown();
     bar.finish_and_clear();
-    out
+    Ok(out)
 }
 
 fn write(a: &EmbedArgs, vectors: &[Vec<f32>], d: usize) -> Result<()> {

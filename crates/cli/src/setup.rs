@@ -104,25 +104,12 @@ fn load_pooling(path: &Path, model_arg: String, args: &EngineArgs, t0: Instant) 
         false => vllm_rs_models::load_decoder_for_pooling(path),
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let tokenizer = Arc::new(
-        match &args.vllm.tokenizer {
-            Some(t) => vllm_rs_frontend::load_tokenizer(Path::new(t), None),
-            None => vllm_rs_frontend::load_tokenizer(path, model.gguf.as_deref()),
-        }
-        .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
-    );
+    let tokenizer = load_tokenizer(args, path, model.gguf.as_deref())?;
     let info = &model.info;
     // sentence-transformers' max_seq_length caps the model's length, as vLLM reads it.
     let model_len =
         model.pooling.max_seq_length.map_or(info.max_position_embeddings, |m| m.min(info.max_position_embeddings));
-    let max_model_len = match args.max_model_len {
-        Some(0) => bail!("--max-model-len must be positive"),
-        Some(n) if n > model_len => {
-            bail!("--max-model-len {n} is greater than the model's length ({model_len}); lower it")
-        }
-        Some(n) => n,
-        None => model_len,
-    };
+    let max_model_len = max_model_len(args, model_len)?;
     let limits = PoolingLimits {
         max_model_len,
         // A decoder keeps a scratch KV cache for the batch: smaller batches by default.
@@ -151,26 +138,12 @@ fn load_generate(
     t0: Instant,
 ) -> Result<Loaded> {
     let lm = vllm_rs_models::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let tokenizer = Arc::new(
-        match &args.vllm.tokenizer {
-            Some(t) => vllm_rs_frontend::load_tokenizer(Path::new(t), None),
-            None => vllm_rs_frontend::load_tokenizer(path, lm.gguf.as_deref()),
-        }
-        .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?,
-    );
+    let tokenizer = load_tokenizer(args, path, lm.gguf.as_deref())?;
     let generation = generation_config(&args.generation_config, path, lm.gguf.as_deref())?;
     let chat_template = chat_template(args.chat_template.as_deref(), &tokenizer)?;
 
     let info = lm.model.info().clone();
-    let max_model_len = match args.max_model_len {
-        Some(n) if n > info.max_position_embeddings => bail!(
-            "--max-model-len {n} is greater than the model's context length ({}); lower it",
-            info.max_position_embeddings
-        ),
-        Some(0) => bail!("--max-model-len must be positive"),
-        Some(n) => n,
-        None => info.max_position_embeddings,
-    };
+    let max_model_len = max_model_len(args, info.max_position_embeddings)?;
     let block_size = args.block_size;
     if !(1..=1024).contains(&block_size) {
         bail!("--block-size must be between 1 and 1024");
@@ -258,6 +231,31 @@ fn load_generate(
         max_logprobs: args.max_logprobs,
         default_seed: args.seed,
     })
+}
+
+/// `--tokenizer`, else the model's own (its folder, or the GGUF's metadata).
+fn load_tokenizer(
+    args: &EngineArgs,
+    path: &Path,
+    gguf: Option<&vllm_rs_models::gguf::GgufFile>,
+) -> Result<Arc<Tokenizer>> {
+    let t = match &args.vllm.tokenizer {
+        Some(t) => vllm_rs_frontend::load_tokenizer(Path::new(t), None),
+        None => vllm_rs_frontend::load_tokenizer(path, gguf),
+    };
+    Ok(Arc::new(t.map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?))
+}
+
+/// `--max-model-len`, at most the model's context length (`model_len`); default: all of it.
+fn max_model_len(args: &EngineArgs, model_len: usize) -> Result<usize> {
+    match args.max_model_len {
+        Some(0) => bail!("--max-model-len must be positive"),
+        Some(n) if n > model_len => {
+            bail!("--max-model-len {n} is greater than the model's context length ({model_len}); lower it")
+        }
+        Some(n) => Ok(n),
+        None => Ok(model_len),
+    }
 }
 
 /// The draft model of `--speculative-config` (method `draft_model`), resolved like `--model`.

@@ -123,7 +123,7 @@ impl Drafter {
         };
         self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits);
         let vocab = self.model.info().vocab_size;
-        self.logits.chunks_exact(vocab).map(argmax).collect()
+        self.logits.chunks_exact(vocab).map(crate::sampler::argmax).collect()
     }
 }
 
@@ -139,15 +139,4 @@ impl Round {
         self.seqs.push((j, start, tokens.len(), first + tokens.len()));
         self.last_rows.push(start + tokens.len() - 1);
     }
-}
-
-/// The first index of the largest value.
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }

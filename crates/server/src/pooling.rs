@@ -3,7 +3,7 @@
 //! post-processing (Matryoshka `dimensions`, normalization, base64).
 
 use crate::errors::{ApiError, ApiResult};
-use crate::prompt::check_chars;
+use crate::prompt::{check_chars, check_vocab};
 use crate::protocol::pooling::{PoolingInput, Vector};
 use crate::state::{AppState, ModelContext};
 use base64::Engine as _;
@@ -126,17 +126,6 @@ fn one_input(
     check_len(ids.len(), max_len)?;
     check_vocab(param, &ids, model)?;
     Ok(ids)
-}
-
-/// Token ids the model has rows for (a token-id input, or a `--tokenizer` larger than the model).
-pub fn check_vocab(param: &str, ids: &[u32], model: &ModelContext) -> ApiResult<()> {
-    match ids.iter().find(|&&id| id as usize >= model.vocab_size()) {
-        None => Ok(()),
-        Some(bad) => Err(ApiError::invalid(
-            param,
-            format!("token id {bad} is outside the vocabulary (ids 0..{}).", model.vocab_size()),
-        )),
-    }
 }
 
 /// An input longer than the model: vLLM's message (and its `param`).

@@ -99,11 +99,16 @@ fn check_ids(ids: &[u32], model: &ModelContext) -> ApiResult<()> {
     if ids.is_empty() {
         return Err(ApiError::invalid("prompt", "The decoder prompt cannot be empty"));
     }
+    check_vocab("prompt", ids, model)
+}
+
+/// Token ids the model has rows for (a token-id input, or a `--tokenizer` larger than the model).
+pub fn check_vocab(param: &str, ids: &[u32], model: &ModelContext) -> ApiResult<()> {
     let vocab = model.vocab_size();
-    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-        return Err(ApiError::invalid("prompt", format!("Token id {bad} is out of vocabulary (size {vocab}).")));
+    match ids.iter().find(|&&t| t as usize >= vocab) {
+        None => Ok(()),
+        Some(bad) => Err(ApiError::invalid(param, format!("Token id {bad} is out of vocabulary (size {vocab})."))),
     }
-    Ok(())
 }
 
 pub fn text_prompt(text: String, opts: &TokenizeOptions, model: &ModelContext, limits: &Limits) -> ApiResult<Prompt> {

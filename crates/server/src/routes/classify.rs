@@ -16,6 +16,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use vllm_rs_engine::PoolingTask;
+use vllm_rs_engine::sampler::log_softmax;
 
 pub async fn classify(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     match handle(&state, &headers, body).await {
@@ -36,7 +37,7 @@ async fn handle(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> ApiRe
         .into_iter()
         .enumerate()
         .map(|(index, l)| {
-            let probs = softmax(&l);
+            let probs: Vec<f32> = log_softmax(&l).iter().map(|lp| lp.exp()).collect();
             let best = probs.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i);
             ClassificationData { index, label: labels[best].clone(), num_classes: probs.len(), probs }
         })
@@ -59,12 +60,4 @@ fn prepare(state: &AppState, model: &ModelContext, req: ClassificationRequest) -
     };
     let ids = prepare_input(state, model, req.model.as_deref(), req.input, &how, req.priority)?;
     Ok((ids, request_id("classify", req.request_id.as_deref())))
-}
-
-/// Softmax in f64 (probabilities that sum to 1 to f32 precision).
-fn softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let exps: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
-    let sum: f64 = exps.iter().sum();
-    exps.iter().map(|e| (e / sum) as f32).collect()
 }

@@ -6,8 +6,9 @@
 use crate::errors::{ApiError, ApiResult};
 use crate::json_body::typed;
 use crate::pooling::{
-    Input, TokenizeFor, check_len, check_priority, check_vocab, cosine, input_ids, pool_all, runner_inputs, truncation,
+    Input, TokenizeFor, check_len, check_priority, cosine, input_ids, pool_all, runner_inputs, truncation,
 };
+use crate::prompt::check_vocab;
 use crate::protocol::common::{Usage, request_id, unix_now};
 use crate::protocol::fields::Endpoint;
 use crate::protocol::pooling::{
