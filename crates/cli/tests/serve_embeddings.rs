@@ -113,6 +113,11 @@ fn score_and_rerank_rank_by_cosine_and_concurrency_changes_nothing() {
         assert_eq!(results[0]["document"]["text"], docs[1]);
         assert!(results[0]["relevance_score"].as_f64() >= results[1]["relevance_score"].as_f64());
     }
+    let bare = s.ok("/rerank", &json!({"query": query, "documents": docs, "return_documents": false}));
+    assert_eq!(bare["results"].as_array().unwrap().len(), 3);
+    assert!(bare["results"][0].get("document").is_none(), "{bare}");
+    let (status, r) = s.post("/rerank", &json!({"query": query, "documents": docs, "top_n": -1}));
+    assert!(status == 400 && r["error"]["param"] == "top_n", "{r}");
     // Many clients at once share batches; each gets exactly what it gets alone.
     let alone: Vec<Value> =
         docs.iter().map(|d| s.ok("/v1/embeddings", &json!({"input": d}))["data"][0]["embedding"].clone()).collect();
