@@ -51,7 +51,9 @@ fn embeds_a_file_as_jsonl_and_npy() {
     let out = embed(&["--model", smol.to_str().unwrap(), "--input", i]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("embedding model"));
     // --runner / --convert that cannot apply stop with a message naming the flag.
-    for (flags, says) in [(["--runner", "generate"], "--runner generate"), (["--convert", "classify"], "--convert classify")] {
+    for (flags, says) in
+        [(["--runner", "generate"], "--runner generate"), (["--convert", "classify"], "--convert classify")]
+    {
         let out = embed(&["--model", m, "--input", i, flags[0], flags[1]]);
         assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(says), "{flags:?}");
     }
