@@ -42,7 +42,9 @@ def make(arch, out_root):
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if 'norm' in name or '.ln_' in name:  # Gemma stores w of (1 + w) (centre 0); the others the scale itself
-                p.copy_((0.0 if name.endswith('.bias') else spec['norm_center']) + 0.2 * noise)
+                # The gated RMSNorm of linear-attention layers stores the scale itself in every family.
+                centre = 1.0 if name.endswith('linear_attn.norm.weight') else spec['norm_center']
+                p.copy_((0.0 if name.endswith('.bias') else centre) + 0.2 * noise)
             elif name.endswith('.bias'):
                 p.copy_(0.2 * noise)
             elif spec['scaled_embed'] and 'embed_tokens' in name:

@@ -60,6 +60,14 @@ impl KvCacheSpec {
         }
     }
 
+    /// Elements of one request's state (0 for paged layers).
+    pub fn state_elements(&self) -> usize {
+        match *self {
+            KvCacheSpec::Recurrent { state_elements } => state_elements,
+            _ => 0,
+        }
+    }
+
     /// Whether the layer keeps blocks (everything but recurrent state).
     pub fn is_paged(&self) -> bool {
         !matches!(self, KvCacheSpec::Recurrent { .. })

@@ -52,7 +52,7 @@ struct Round {
 impl Drafter {
     /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids).
     pub fn new(model: Box<dyn Model>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
-        let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype);
+        let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         Drafter { model, kv, ws: Workspace::default(), logits: Vec::new(), k, states: HashMap::new() }
     }
 

@@ -73,6 +73,10 @@ pub struct KvCache {
     pub tensors: Vec<LayerKvCache>,
     layer_tensor: Vec<usize>,
     layer_group: Vec<usize>,
+    /// Per layer: the recurrent state of every slot (`slots × state_elements[layer]`, f32);
+    /// empty for paged layers.
+    states: Vec<Vec<f32>>,
+    state_elements: Vec<usize>,
 }
 
 impl KvCache {
@@ -115,7 +119,24 @@ impl KvCache {
             tensors,
             layer_tensor: layer_tensor.to_vec(),
             layer_group: layer_group.to_vec(),
+            states: Vec::new(),
+            state_elements: Vec::new(),
         }
+    }
+
+    /// Gives the layers with `state_elements[l] > 0` (recurrent layers) a state of that many
+    /// f32 values for each of `num_slots` requests.
+    pub fn with_states(mut self, state_elements: &[usize], num_slots: usize) -> Self {
+        self.states = state_elements.iter().map(|&n| vec![0.0; n * num_slots]).collect();
+        self.state_elements = state_elements.to_vec();
+        self
+    }
+
+    /// The states of recurrent layer `layer`, slot after slot, and the elements of one.
+    pub fn states_mut(&mut self, layer: usize) -> (&mut [f32], usize) {
+        let n = self.state_elements.get(layer).copied().unwrap_or(0);
+        assert!(n > 0, "layer {layer} keeps no recurrent state");
+        (&mut self.states[layer], n)
     }
 
     /// The storage layer `layer` attends over.

@@ -19,6 +19,7 @@ pub mod qgemv;
 pub mod qmatmul;
 pub mod qpanel;
 pub mod quant_act;
+pub mod recurrent;
 pub mod testing;
 pub mod weight;
 

@@ -138,6 +138,42 @@ fn silu_mul_on(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `x = silu(x)`, and with `gate`, `x *= sigmoid(gate)`: [`silu_mul`]'s arithmetic (the
+/// same bits on every tier), split over the pool's threads in runs of 64 values.
+pub fn silu(x: &mut [f32]) {
+    let tier = crate::isa::tier();
+    crate::pool::rows_mut(x, 1, crate::pool::PARALLEL_VALUES, |_, x| sigmoid_on(tier, x, None));
+}
+
+/// `x *= sigmoid(gate)` (gated attention outputs).
+pub fn mul_sigmoid(x: &mut [f32], gate: &[f32]) {
+    assert_eq!(x.len(), gate.len());
+    let tier = crate::isa::tier();
+    crate::pool::rows_mut(x, 1, crate::pool::PARALLEL_VALUES, |i0, x| {
+        sigmoid_on(tier, x, Some(&gate[i0..i0 + x.len()]))
+    });
+}
+
+/// `x = x·σ(x)` (no gate) or `x = x·σ(gate)`.
+fn sigmoid_on(tier: crate::isa::Tier, x: &mut [f32], gate: Option<&[f32]>) {
+    #[cfg(target_arch = "x86_64")]
+    let done = if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+        // SAFETY: the tier guarantees AVX2 and FMA.
+        unsafe { x86::sigmoid_mul(x, gate) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = {
+        let _ = tier;
+        0
+    };
+    for (i, v) in x.iter_mut().enumerate().skip(done) {
+        let g = gate.map_or(*v, |g| g[i]);
+        *v /= 1.0 + exp(-g);
+    }
+}
+
 /// Abramowitz & Stegun 7.1.26 for `erfc(z)`, `z ≥ 0`: `poly(t) e^{-z²}`, `t = 1/(1 + p z)`.
 const ERFC_P: f32 = 0.327_591_1;
 const ERFC_A: [f32; 5] = [1.061_405_4, -1.453_152_1, 1.421_413_7, -0.284_496_74, 0.254_829_6];
@@ -303,6 +339,24 @@ mod x86 {
         n8
     }
 
+    /// [`super::sigmoid_on`] for the whole octets; returns how many elements were done.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn sigmoid_mul(x: &mut [f32], gate: Option<&[f32]>) -> usize {
+        let n8 = x.len() / 8 * 8;
+        let one = _mm256_set1_ps(1.0);
+        for i in (0..n8).step_by(8) {
+            // SAFETY: i + 8 ≤ n8 ≤ x.len() = gate.len() (asserted by the caller).
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let v = _mm256_loadu_ps(p);
+                let g = gate.map_or(v, |g| _mm256_loadu_ps(g.as_ptr().add(i)));
+                let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+                _mm256_storeu_ps(p, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+            }
+        }
+        n8
+    }
+
     /// [`super::exp`] on eight lanes.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -329,6 +383,30 @@ mod x86 {
 mod gelu_tests {
     use super::*;
     use crate::testing::rand_vec;
+
+    #[test]
+    fn silu_and_sigmoid_gates_give_the_same_bits_on_every_tier() {
+        let x: Vec<f32> = rand_vec(1003, 8).iter().map(|v| v * 8.0).collect();
+        let g: Vec<f32> = rand_vec(1003, 9).iter().map(|v| v * 8.0).collect();
+        let want_silu: Vec<f32> = x.iter().map(|&v| (v as f64 / (1.0 + (-v as f64).exp())) as f32).collect();
+        for tier in crate::isa::Tier::available() {
+            let mut s = x.clone();
+            sigmoid_on(tier, &mut s, None);
+            for (a, b) in s.iter().zip(&want_silu) {
+                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{tier:?}: {a} vs {b}");
+            }
+            let mut scalar = x.clone();
+            sigmoid_on(crate::isa::Tier::Scalar, &mut scalar, Some(&g));
+            let mut got = x.clone();
+            sigmoid_on(tier, &mut got, Some(&g));
+            assert_eq!(got, scalar, "{tier:?}");
+        }
+        let mut pooled = x.clone();
+        silu(&mut pooled);
+        let mut scalar = x;
+        sigmoid_on(crate::isa::Tier::Scalar, &mut scalar, None);
+        assert_eq!(pooled, scalar);
+    }
 
     #[test]
     fn gelu_erf_gives_the_same_bits_on_every_tier() {

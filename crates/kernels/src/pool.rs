@@ -320,6 +320,34 @@ impl<'a, T> Rows<'a, T> {
     }
 }
 
+/// A mutably borrowed slice handed out in disjoint ranges of any length (to tasks of
+/// [`ThreadPool::run`] that each own some ranges of it, e.g. one state per request and head).
+pub struct Disjoint<'a, T> {
+    base: *mut T,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: as for `Rows`: each range goes to one task (the callers' contract).
+unsafe impl<T: Send> Sync for Disjoint<'_, T> {}
+
+impl<'a, T> Disjoint<'a, T> {
+    pub fn new(data: &'a mut [T]) -> Self {
+        Disjoint { base: data.as_mut_ptr(), len: data.len(), _borrow: std::marker::PhantomData }
+    }
+
+    /// Elements `start..start + len`.
+    ///
+    /// # Safety
+    /// No other range in use overlaps this one.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn range(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start + len <= self.len);
+        // SAFETY: within the borrowed slice (the assert); disjoint from other ranges (the caller).
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(start), len) }
+    }
+}
+
 /// Number of physical cores (SMT siblings counted once); falls back to logical CPUs.
 pub fn physical_cores() -> usize {
     let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

@@ -11,7 +11,7 @@ fn main() {
     let info = lm.model.info().clone();
     let bs = 16;
     let blocks = (ids.len() + n).div_ceil(bs);
-    let mut kv = info.contiguous_kv_cache(blocks, bs, KvDtype::F32);
+    let mut kv = info.contiguous_kv_cache(blocks, bs, KvDtype::F32, 0);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut done = 0;
     let t0 = std::time::Instant::now();

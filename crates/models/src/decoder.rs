@@ -9,6 +9,7 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
 use crate::error::Result;
+use crate::gated_deltanet::GatedDeltaNet;
 use crate::layers::{Attention, AttentionBuffers, Embedding, Linear, RmsNorm};
 use crate::mla::MlaAttention;
 use crate::mlp::FeedForward;
@@ -26,6 +27,8 @@ use vllm_rs_kernels::ops::RopeTable;
 pub enum Mixer {
     Attention(Attention),
     Mla(MlaAttention),
+    /// Gated delta-net linear attention over a recurrent state.
+    GatedDeltaNet(GatedDeltaNet),
 }
 
 impl From<Attention> for Mixer {
@@ -40,6 +43,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.kv_cache_spec(),
             Mixer::Mla(a) => a.kv_cache_spec(),
+            Mixer::GatedDeltaNet(a) => a.kv_cache_spec(),
         }
     }
 
@@ -58,6 +62,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => a.forward(x, batch, rope, kv, layer, ws, out),
             Mixer::Mla(a) => a.forward(x, batch, rope, kv, layer, ws, out),
+            Mixer::GatedDeltaNet(a) => a.forward(x, batch, kv, layer, &mut ws.gdn, out),
         }
     }
 }
@@ -215,19 +220,37 @@ pub fn load_attention(
     prefix: &str,
     hidden: usize,
     params: AttentionParams,
-    (qkv_bias, o_bias): (bool, bool),
-    [q_norm, k_norm]: [Option<RmsNorm>; 2],
+    bias: (bool, bool),
+    qk_norms: [Option<RmsNorm>; 2],
     rope_interleaved: bool,
 ) -> Result<Attention> {
+    let mut a = load_attention_gated(ck, prefix, hidden, params, bias, qk_norms, false)?;
+    a.rope_interleaved = rope_interleaved;
+    Ok(a)
+}
+
+/// [`load_attention`] where `output_gate` makes `q_proj` twice as wide: a gate per head beside
+/// each query head (Qwen3-Next, Qwen3.5).
+pub fn load_attention_gated(
+    ck: &Checkpoint,
+    prefix: &str,
+    hidden: usize,
+    params: AttentionParams,
+    (qkv_bias, o_bias): (bool, bool),
+    [q_norm, k_norm]: [Option<RmsNorm>; 2],
+    output_gate: bool,
+) -> Result<Attention> {
     let (q, kv) = (params.num_heads * params.head_dim, params.num_kv_heads * params.head_dim);
+    let q_rows = if output_gate { 2 * q } else { q };
     Ok(Attention {
-        q_proj: Linear::load(ck, &format!("{prefix}.q_proj"), q, hidden, qkv_bias)?,
+        q_proj: Linear::load(ck, &format!("{prefix}.q_proj"), q_rows, hidden, qkv_bias)?,
         k_proj: Linear::load(ck, &format!("{prefix}.k_proj"), kv, hidden, qkv_bias)?,
         v_proj: Linear::load(ck, &format!("{prefix}.v_proj"), kv, hidden, qkv_bias)?,
         o_proj: Linear::load(ck, &format!("{prefix}.o_proj"), hidden, q, o_bias)?,
         q_norm,
         k_norm,
         params,
-        rope_interleaved,
+        rope_interleaved: false,
+        output_gate,
     })
 }

@@ -106,6 +106,9 @@ pub struct Attention {
     pub params: AttentionParams,
     /// Whether RoPE pairs are interleaved (GGUF llama Q/K layout).
     pub rope_interleaved: bool,
+    /// `q_proj` also gives a gate per head (`[q_h, gate_h]` per head, Qwen3-Next/3.5): the
+    /// attention output is multiplied by `σ(gate)` before `o_proj`.
+    pub output_gate: bool,
 }
 
 impl Attention {
@@ -132,8 +135,11 @@ impl Attention {
     ) {
         let n = batch.num_tokens();
         let hd = self.params.head_dim;
-        let AttentionBuffers { q, k, v, attn, .. } = ws;
+        let AttentionBuffers { q, k, v, attn, gate, .. } = ws;
         Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], x, n, [q, k, v]);
+        if self.output_gate {
+            split_gate(q, gate, hd);
+        }
         if let Some(norm) = &self.q_norm {
             norm.forward(q);
         }
@@ -152,8 +158,24 @@ impl Attention {
         kv.write(layer, group.slot_mapping, k, v);
         attn.resize(n * qr, 0.0);
         paged_attention(q, kv.layer(layer), kv.block_size, &group.seqs, &self.params, attn);
+        if self.output_gate {
+            ops::mul_sigmoid(attn, gate);
+        }
         self.o_proj.forward(attn, n, out);
     }
+}
+
+/// Splits `[q_h, gate_h]` pairs of `hd` values out of `q`, which keeps the queries.
+fn split_gate(q: &mut Vec<f32>, gate: &mut Vec<f32>, hd: usize) {
+    gate.clear();
+    let mut w = 0;
+    for pair in 0..q.len() / (2 * hd) {
+        let r = 2 * hd * pair;
+        gate.extend_from_slice(&q[r + hd..r + 2 * hd]);
+        q.copy_within(r..r + hd, w);
+        w += hd;
+    }
+    q.truncate(w);
 }
 
 /// Reusable intermediate buffers of one attention layer.
@@ -163,8 +185,12 @@ pub struct AttentionBuffers {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
     pub attn: Vec<f32>,
+    /// The output gate of gated attention.
+    pub gate: Vec<f32>,
     /// The per-head projections of multi-head latent attention.
     pub mla: crate::mla::MlaBuffers,
+    /// Gated delta-net scratch.
+    pub gdn: crate::gated_deltanet::GdnBuffers,
 }
 
 /// Copies the rows of `hidden` that need logits into `out`.

@@ -123,7 +123,7 @@ impl MlaAttention {
         let s = &self.shape;
         let (h, nope, r, l) = (s.num_heads, s.qk_nope_head_dim, s.qk_rope_head_dim, s.kv_lora_rank);
         let (qk, lr) = (nope + r, l + r);
-        let AttentionBuffers { q, k: latent, v: q_abs, attn, mla } = ws;
+        let AttentionBuffers { q, k: latent, v: q_abs, attn, mla, .. } = ws;
         match &self.q {
             QueryProj::Direct(p) => p.forward(x, n, q),
             QueryProj::LowRank { a, norm, b } => {

@@ -25,12 +25,28 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// A KV cache of `num_blocks` blocks for one KV cache group: a tensor per layer, sized by
-    /// the layer's spec (tests and tools; the engine lays out its own from the groups).
-    pub fn contiguous_kv_cache(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvCache {
+    /// A KV cache of `num_blocks` blocks for tests and tools (the engine lays out its own from
+    /// the groups): the paged layers in group 0 with a tensor each, sized by the layer's spec,
+    /// and the recurrent layers in group 1 with `num_state_slots` state slots each (a batch
+    /// gives group 1 a one-entry table per request: its slot).
+    pub fn contiguous_kv_cache(
+        &self,
+        num_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+        num_state_slots: usize,
+    ) -> KvCache {
         let rows: Vec<[usize; 2]> = self.kv_cache_specs.iter().map(|s| s.row_elements()).collect();
         let layers: Vec<usize> = (0..rows.len()).collect();
-        KvCache::with_layout(num_blocks, block_size, dtype, &rows, &layers, &vec![0; rows.len()])
+        let groups: Vec<usize> = self.kv_cache_specs.iter().map(|s| usize::from(!s.is_paged())).collect();
+        let states: Vec<usize> = self.kv_cache_specs.iter().map(KvCacheSpec::state_elements).collect();
+        KvCache::with_layout(num_blocks, block_size, dtype, &rows, &layers, &groups)
+            .with_states(&states, num_state_slots)
+    }
+
+    /// Whether some layer keeps a recurrent state (a hybrid or state-space model).
+    pub fn has_recurrent_layers(&self) -> bool {
+        self.kv_cache_specs.iter().any(|s| !s.is_paged())
     }
 }
 

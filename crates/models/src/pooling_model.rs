@@ -75,7 +75,7 @@ fn decoder_forward<'w>(model: &dyn Model, ids: &[u32], seq_lens: &[usize], ws: &
     let info = model.info();
     let blocks: usize = seq_lens.iter().map(|l| l.div_ceil(BLOCK_SIZE)).sum();
     if ws.kv.as_ref().is_none_or(|kv| kv.num_blocks < blocks) {
-        ws.kv = Some(info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32));
+        ws.kv = Some(info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32, 0));
     }
     ws.positions.clear();
     ws.slots.clear();

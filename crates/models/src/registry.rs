@@ -23,6 +23,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::qwen2_moe::QWEN2_MOE,
     &crate::deepseek_v2::DEEPSEEK_V2,
     &crate::deepseek_v3::DEEPSEEK_V3,
+    &crate::qwen3_5::QWEN3_5,
 ];
 
 /// The spec of an HF class name.

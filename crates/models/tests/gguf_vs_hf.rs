@@ -114,7 +114,7 @@ fn tiny_moe_q8_0_within_budget() {
 fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
     let info = model.info();
     let blocks = seq.len().div_ceil(BLOCK_SIZE);
-    let mut kv = info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32);
+    let mut kv = info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32, 0);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let positions: Vec<u32> = (0..seq.len() as u32).collect();
     let slots: Vec<usize> = (0..seq.len()).collect();

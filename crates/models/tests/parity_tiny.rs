@@ -142,3 +142,8 @@ fn deepseek_v2() {
 fn deepseek_v3() {
     check_arch("deepseek_v3", "DeepseekV3ForCausalLM");
 }
+
+#[test]
+fn qwen3_5() {
+    check_arch("qwen3_5", "Qwen3_5ForCausalLM");
+}

@@ -39,9 +39,16 @@ fn slot(table: &[u32], pos: usize) -> usize {
     table[pos / BLOCK_SIZE] as usize * BLOCK_SIZE + pos % BLOCK_SIZE
 }
 
-fn new_cache(model: &dyn Model, blocks: usize) -> KvCache {
+/// A cache of `blocks` blocks and `slots` recurrent state slots.
+fn new_cache(model: &dyn Model, blocks: usize, slots: usize) -> KvCache {
     let info = model.info();
-    info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32)
+    info.contiguous_kv_cache(blocks, BLOCK_SIZE, KvDtype::F32, slots)
+}
+
+/// Recurrent state slot of each of `n` sequences (reversed, so slot and index differ), as the
+/// one-entry tables of the recurrent group (group 1 of a contiguous cache).
+fn state_slots(n: usize) -> Vec<[u32; 1]> {
+    (0..n).map(|s| [(n - 1 - s) as u32]).collect()
 }
 
 /// Greedy-decodes `n_new` tokens after `prompt` (EOS ignored). The prompt is prefilled in chunks of
@@ -51,7 +58,8 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
     let vocab = model.info().vocab_size;
     let blocks = (prompt.len() + n_new).div_ceil(BLOCK_SIZE);
     let table = block_table(0, 1, blocks);
-    let mut kv = new_cache(model, blocks);
+    let mut kv = new_cache(model, blocks, 1);
+    let state = state_slots(1);
     let mut ids = prompt.to_vec();
     let mut done = 0; // tokens whose K/V are in the cache
     let mut out = Greedy { token_ids: vec![], first_logits: vec![], final_logits: vec![] };
@@ -64,10 +72,12 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
         let batch = ForwardBatch {
             input_ids: new,
             positions: &positions,
-            groups: vec![GroupBatch {
-                slot_mapping: &slots,
-                seqs: vec![SeqAttention { query_start: 0, query_len: new.len(), seq_len: end, block_table: &table }],
-            }],
+            groups: [&table[..], &state[0]]
+                .map(|t| GroupBatch {
+                    slot_mapping: &slots,
+                    seqs: vec![SeqAttention { query_start: 0, query_len: new.len(), seq_len: end, block_table: t }],
+                })
+                .into(),
             logits_indices: &last,
         };
         let logits = model.logits(&batch, &mut kv);
@@ -96,7 +106,8 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
     let per_seq: Vec<usize> = prompts.iter().map(|p| (p.len() + n_new).div_ceil(BLOCK_SIZE)).collect();
     let max_blocks = *per_seq.iter().max().unwrap();
     let tables: Vec<Vec<u32>> = per_seq.iter().enumerate().map(|(s, &b)| block_table(s, n, b)).collect();
-    let mut kv = new_cache(model, max_blocks * n);
+    let mut kv = new_cache(model, max_blocks * n, n);
+    let states = state_slots(n);
     let mut ids: Vec<Vec<u32>> = prompts.to_vec();
     let mut done = vec![0usize; n];
     let mut out = vec![Vec::with_capacity(n_new); n];
@@ -113,20 +124,13 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
             ranges.push((start, input.len() - start, ids[s].len()));
             last.push(input.len() - 1);
         }
-        let seqs = ranges
-            .iter()
-            .zip(&tables)
-            .map(|(&(query_start, query_len, seq_len), t)| SeqAttention {
-                query_start,
-                query_len,
-                seq_len,
-                block_table: t,
-            })
-            .collect();
         let batch = ForwardBatch {
             input_ids: &input,
             positions: &positions,
-            groups: vec![GroupBatch { slot_mapping: &slots, seqs }],
+            groups: vec![
+                GroupBatch { slot_mapping: &slots, seqs: seq_list(&ranges, tables.iter().map(|t| &t[..])) },
+                GroupBatch { slot_mapping: &slots, seqs: seq_list(&ranges, states.iter().map(|s| &s[..])) },
+            ],
             logits_indices: &last,
         };
         let logits = model.logits(&batch, &mut kv);
@@ -139,6 +143,20 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
         }
     }
     out
+}
+
+/// Each `(query_start, query_len, seq_len)` with its table.
+fn seq_list<'a>(ranges: &[(usize, usize, usize)], tables: impl Iterator<Item = &'a [u32]>) -> Vec<SeqAttention<'a>> {
+    ranges
+        .iter()
+        .zip(tables)
+        .map(|(&(query_start, query_len, seq_len), block_table)| SeqAttention {
+            query_start,
+            query_len,
+            seq_len,
+            block_table,
+        })
+        .collect()
 }
 
 /// Largest |a - b| over the largest |b|: the relative error of a logit vector.

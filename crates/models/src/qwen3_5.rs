@@ -1,0 +1,131 @@
+//! `Qwen3_5ForCausalLM`, the text model of Qwen3.5/3.6, after transformers'
+//! `modeling_qwen3_5.py`: a hybrid of gated delta-net layers (`layer_types[i] =
+//! "linear_attention"`, see `gated_deltanet.rs`) and gated full attention (`q_proj` also gives a
+//! per-head output gate; per-head q/k RMSNorm; rotary on the first `partial_rotary_factor` of
+//! each head), a SwiGLU MLP on every layer. Every RMSNorm outside the delta-net stores `w` of
+//! `(1 + w)`. Multimodal rotary (mrope) sections coincide for text, where the three position
+//! ids are equal: plain rotary over the rotary dims.
+
+use crate::arch::{ArchSpec, TinySpec};
+use crate::checkpoint::Checkpoint;
+use crate::config::CommonConfig;
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, lm_head, load_attention_gated, model_info};
+use crate::error::{Error, Result};
+use crate::gated_deltanet::{GatedDeltaNet, GdnDims};
+use crate::layers::{Embedding, RmsNorm};
+use crate::mlp::{Activation, FeedForward, GatedMlp};
+use crate::norm::Norm;
+use serde_json::Value;
+use vllm_rs_kernels::ops;
+
+pub const QWEN3_5: ArchSpec = ArchSpec {
+    hf_class: "Qwen3_5ForCausalLM",
+    gguf_arch: None,
+    load,
+    gguf_modules: &[],
+    gguf_config: None,
+    tiny: TinySpec {
+        name: "qwen3_5",
+        config_class: "Qwen3_5TextConfig",
+        seed: 130,
+        config: r#"{"num_hidden_layers": 4, "head_dim": 32, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+            "layer_types": ["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0, "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 1, 1], "mrope_interleaved": true}}"#,
+        norm_center: 0.0,
+        scaled_embed: false,
+    },
+};
+
+/// `(1 + w)` RMSNorms, as every Qwen3.5 norm but the delta-net's.
+const NORM_OFFSET: f32 = 1.0;
+
+fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    c.validate()?;
+    let act = config["hidden_act"].as_str().unwrap_or("silu");
+    if act != "silu" {
+        return Err(Error::msg(format!("config: hidden_act {act:?} is not supported")));
+    }
+    if config["attention_bias"].as_bool() == Some(true) {
+        return Err(Error::msg("config: attention_bias = true is not supported"));
+    }
+    let (hidden, hd, eps) = (c.hidden_size, c.head_dim(), c.rms_norm_eps);
+    let rope_dim = rotary_dim(config, hd)?;
+    let gdn = GdnDims::parse(config)?;
+    let norm = |name: &str, dim: usize| RmsNorm::load(ck, name, dim, eps, NORM_OFFSET);
+    let mut layers = Vec::with_capacity(c.num_hidden_layers);
+    for (i, kind) in layer_types(config, c.num_hidden_layers)?.iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        let mixer = match *kind {
+            "linear_attention" => {
+                Mixer::GatedDeltaNet(GatedDeltaNet::load(ck, &format!("{p}.linear_attn"), hidden, gdn, eps)?)
+            }
+            _ => {
+                let a = format!("{p}.self_attn");
+                let params = full_attention(c.num_attention_heads, c.num_kv_heads(), hd);
+                let qk = [Some(norm(&format!("{a}.q_norm"), hd)?), Some(norm(&format!("{a}.k_norm"), hd)?)];
+                Mixer::Attention(load_attention_gated(ck, &a, hidden, params, (false, false), qk, true)?)
+            }
+        };
+        let mlp = GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, Activation::Silu)?;
+        layers.push(DecoderLayer {
+            input_norm: Norm::Rms(norm(&format!("{p}.input_layernorm"), hidden)?),
+            self_attn: mixer,
+            post_attn_norm: None,
+            pre_mlp_norm: Norm::Rms(norm(&format!("{p}.post_attention_layernorm"), hidden)?),
+            mlp: FeedForward::Gated(mlp),
+            post_mlp_norm: None,
+            rope: 0,
+        });
+    }
+    let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
+    Ok(DecoderModel {
+        info: model_info(config, &c, &layers)?,
+        lm_head: lm_head(ck, &c, &embed)?,
+        embed_tokens: Embedding { weight: embed },
+        embed_scale: 1.0,
+        embed_positions: None,
+        layers,
+        norm: Norm::Rms(norm("model.norm", hidden)?),
+        final_logit_softcap: None,
+        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
+    })
+}
+
+/// `layer_types`, or every `full_attention_interval`-th layer full (transformers' default 4).
+fn layer_types(config: &Value, n: usize) -> Result<Vec<&str>> {
+    let types: Vec<&str> = match config["layer_types"].as_array() {
+        Some(list) => list.iter().map(|t| t.as_str().unwrap_or("?")).collect(),
+        None => {
+            let every = config["full_attention_interval"].as_u64().unwrap_or(4).max(1) as usize;
+            (0..n).map(|i| if (i + 1) % every == 0 { "full_attention" } else { "linear_attention" }).collect()
+        }
+    };
+    if types.len() != n {
+        return Err(Error::msg(format!("config: layer_types has {} entries for {n} layers", types.len())));
+    }
+    if let Some(bad) = types.iter().find(|t| !matches!(**t, "linear_attention" | "full_attention")) {
+        return Err(Error::msg(format!(
+            "config: layer type {bad:?} is not one of \"linear_attention\", \"full_attention\""
+        )));
+    }
+    Ok(types)
+}
+
+/// Rotary dims per head: `partial_rotary_factor` (in `rope_parameters`, default 0.25) of it.
+fn rotary_dim(config: &Value, head_dim: usize) -> Result<usize> {
+    let factor = config["rope_parameters"]["partial_rotary_factor"]
+        .as_f64()
+        .or(config["partial_rotary_factor"].as_f64())
+        .unwrap_or(0.25);
+    let dim = (head_dim as f64 * factor) as usize;
+    if dim == 0 || !dim.is_multiple_of(2) || dim > head_dim {
+        return Err(Error::msg(format!(
+            "config: partial_rotary_factor {factor} gives {dim} rotary dims of {head_dim}"
+        )));
+    }
+    Ok(dim)
+}
