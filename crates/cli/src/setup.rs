@@ -169,15 +169,18 @@ fn load_generate(
         draft.as_ref().map_or(0, |d| kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype));
     let per_block = kv_bytes_per_block(&layout, kv_dtype) + draft_per_block;
     let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;
+    // Recurrent layers keep a fixed f32 state per running request, whatever its length.
+    let state_per_request = (layout.state_elements_per_request() * 4) as u64;
     cfg.num_blocks = match args.num_gpu_blocks_override {
         Some(n) => n,
         None => {
             let share = |f: f64| (available_memory().unwrap_or(4 << 30) as f64 * f) as u64;
+            let one = per_block * per_request + state_per_request;
             let bytes = args
                 .kv_cache_memory
                 .or(args.vllm.gpu_memory_utilization.map(share))
-                .unwrap_or_else(|| default_kv_bytes(per_block * per_request, args.max_num_seqs));
-            (bytes / per_block) as usize
+                .unwrap_or_else(|| default_kv_bytes(one, args.max_num_seqs));
+            (state_budget(&mut cfg, bytes, state_per_request) / per_block) as usize
         }
     };
     let num_blocks = cfg.num_blocks;
@@ -189,6 +192,14 @@ fn load_generate(
         kv_dtype.name(),
         num_blocks as f64 / per_request as f64
     );
+    if state_per_request > 0 {
+        info!(
+            "recurrent state: {} slots (one per running request) of {:.2} MiB, {:.1} MiB in all (f32)",
+            cfg.max_num_seqs,
+            state_per_request as f64 / (1 << 20) as f64,
+            (cfg.max_num_seqs as u64 * state_per_request) as f64 / (1 << 20) as f64
+        );
+    }
 
     if !args.chunked_prefill() && cfg.max_num_batched_tokens < max_model_len {
         bail!(
@@ -286,6 +297,26 @@ fn resolve(model: Option<&str>, args: &EngineArgs) -> Result<vllm_rs_hub::Resolv
 
 /// A quarter of the available memory, capped at what `max_num_seqs` full-length requests need,
 /// and at least one full-length request (`one`, in bytes).
+/// Takes the recurrent states of `cfg.max_num_seqs` requests out of the cache's `bytes`, and
+/// returns what is left for blocks. The states get at most half: fewer running requests
+/// (`max_num_seqs` lowered, with a log line) rather than no room for their attention layers.
+fn state_budget(cfg: &mut EngineConfig, bytes: u64, state_per_request: u64) -> u64 {
+    if state_per_request == 0 {
+        return bytes;
+    }
+    let fit = ((bytes / 2) / state_per_request).max(1) as usize;
+    if fit < cfg.max_num_seqs {
+        info!(
+            "recurrent state takes {:.1} MiB per request: --max-num-seqs lowered from {} to {fit} so the states \
+             fit in half of the KV cache memory",
+            state_per_request as f64 / (1 << 20) as f64,
+            cfg.max_num_seqs
+        );
+        cfg.max_num_seqs = fit;
+    }
+    bytes.saturating_sub(cfg.max_num_seqs as u64 * state_per_request)
+}
+
 fn default_kv_bytes(one: u64, max_num_seqs: usize) -> u64 {
     let all = one.saturating_mul(max_num_seqs as u64);
     let quarter = available_memory().map_or(4 << 30, |m| m / 4);

@@ -172,8 +172,13 @@ impl EngineCore {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let layout = kv_cache_layout(model.as_ref(), config.block_size, !config.disable_hybrid_kv_cache_manager);
-        if let Some(g) = layout.groups.iter().find(|g| !g.spec.is_paged()) {
-            return Err(EngineError::InvalidRequest(format!("layers with a {:?} cache are not supported yet", g.spec)));
+        if config.speculative_config.is_some() && model.info().has_recurrent_layers() {
+            // A rejected draft would have to roll the recurrent state back.
+            return Err(EngineError::InvalidRequest(
+                "speculative decoding is not supported for models with recurrent (linear-attention or state-space) \
+                 layers yet"
+                    .into(),
+            ));
         }
         let blocks_needed =
             kv_blocks_per_request(&layout, config.block_size, config.max_model_len, config.max_num_batched_tokens);

@@ -70,7 +70,8 @@ pub struct ModelRunner {
     pub kv: KvCache,
     states: HashMap<String, RequestState>,
     logprobs_mode: LogprobsMode,
-    num_kv_groups: usize,
+    /// Per KV cache group: whether it is paged (else it holds one recurrent state slot).
+    paged_groups: Vec<bool>,
     speculative: Option<SpeculativeConfig>,
     /// The draft model and the KV cache group whose block tables it shares (`draft_model`).
     drafter: Option<(Drafter, usize)>,
@@ -120,6 +121,8 @@ impl ModelRunner {
                 rows[t] = spec.row_elements();
             }
         }
+        // Recurrent layers: a state per request slot (the scheduler hands out `max_num_seqs`).
+        let states: Vec<usize> = layout.layer_group.iter().map(|&g| layout.groups[g].spec.state_elements()).collect();
         let kv = KvCache::with_layout(
             c.num_blocks,
             c.block_size,
@@ -127,13 +130,14 @@ impl ModelRunner {
             &rows,
             &layout.layer_tensor,
             &layout.layer_group,
-        );
+        )
+        .with_states(&states, c.max_num_seqs);
         ModelRunner {
             model,
             kv,
             states: HashMap::new(),
             logprobs_mode: c.logprobs_mode,
-            num_kv_groups: layout.groups.len(),
+            paged_groups: layout.groups.iter().map(|g| g.spec.is_paged()).collect(),
             speculative: c.speculative_config.clone(),
             drafter: None,
             max_model_len: c.max_model_len,
@@ -185,7 +189,7 @@ impl ModelRunner {
     fn prepare(&mut self, out: &SchedulerOutput) {
         let bs = self.kv.block_size;
         let b = &mut self.batch;
-        b.clear(self.num_kv_groups);
+        b.clear(self.paged_groups.len());
         for (si, s) in out.scheduled.iter().enumerate() {
             let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
             state.apply(s);
@@ -202,7 +206,10 @@ impl ModelRunner {
             b.input_ids.extend_from_slice(&s.spec_token_ids);
             for pos in start..start + n {
                 b.positions.push(pos as u32);
-                for (slots, table) in b.slot_mapping.iter_mut().zip(&state.block_ids) {
+                // Recurrent groups hold a state slot, not positions: no slots to write.
+                for ((slots, table), _) in
+                    b.slot_mapping.iter_mut().zip(&state.block_ids).zip(&self.paged_groups).filter(|(_, p)| **p)
+                {
                     slots.push(table[pos / bs] as usize * bs + pos % bs);
                 }
             }

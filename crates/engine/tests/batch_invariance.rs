@@ -135,6 +135,11 @@ fn batch_invariance(model: &str) {
     let hits_before = core.stats.prefix_cache_hits_total;
     let (which, outs) = run_batch(&mut core, batch(&cases, n));
     check("prefix-cache hits", &alone, &which, &outs);
+    if core.model().info().has_recurrent_layers() {
+        // No state snapshots yet: the repeat recomputes, and must still match.
+        assert!(outs.iter().all(|o| o.num_cached_tokens == 0), "recurrent state cannot come from the prefix cache");
+        return preemption(model, &cases, &alone);
+    }
     assert!(core.stats.prefix_cache_hits_total > hits_before, "repeated prompts must hit the prefix cache");
     for o in &outs {
         // Every full block is cached except that the last prompt token is always recomputed.
@@ -142,17 +147,22 @@ fn batch_invariance(model: &str) {
         assert_eq!(o.num_cached_tokens, want, "{}: cached prompt tokens on the second run", o.request_id);
     }
 
-    // Preemption: 16 requests and a cache that holds about four of them at full length.
+    preemption(model, &cases, &alone);
+}
+
+/// Preemption: 16 requests and a cache that holds about four of them at full length.
+fn preemption(model: &str, cases: &[Case], alone: &[Vec<u32>]) {
     let longest = cases.iter().map(|c| c.prompt.len() + c.want.len()).max().unwrap();
     let mut core = engine(model, |c, layout| {
         c.max_model_len = longest + 1;
         c.num_blocks = kv_blocks_per_request(layout, c.block_size, c.max_model_len, c.max_num_batched_tokens) * 4;
     });
-    let (which, outs) = run_batch(&mut core, batch(&cases, 16));
-    check("preemption", &alone, &which, &outs);
+    let (which, outs) = run_batch(&mut core, batch(cases, 16));
+    check("preemption", alone, &which, &outs);
     assert!(core.stats.num_preemptions_total > 0, "the small cache must force preemption");
     let null = usize::from(core.scheduler.kv.pool.has_null_block());
     assert_eq!(core.scheduler.kv.pool.num_free_blocks() + null, core.config.num_blocks, "all blocks returned");
+    assert_eq!(core.scheduler.kv.num_requests(), 0, "every block and state slot freed");
 }
 
 #[test]
@@ -179,4 +189,11 @@ fn qwen3_moe_batch_invariance() {
 fn deepseek_v2_batch_invariance() {
     // Multi-head latent attention over the compressed-latent cache (the Mla spec).
     batch_invariance("tiny/deepseek_v2");
+}
+
+#[test]
+fn qwen3_5_batch_invariance() {
+    // Gated delta-net layers: a recurrent state slot per request beside the paged attention
+    // layers; preemption drops the state and recomputes it.
+    batch_invariance("tiny/qwen3_5");
 }

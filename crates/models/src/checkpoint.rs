@@ -154,6 +154,16 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// Renames every tensor under `{from}.` to `{to}.` (a text model inside a multimodal one).
+    pub fn rename_prefix(&mut self, from: &str, to: &str) {
+        let from = format!("{from}.");
+        let names: Vec<String> = self.tensors.keys().filter(|n| n.starts_with(&from)).cloned().collect();
+        for name in names {
+            let entry = self.tensors.remove(&name).expect("listed");
+            self.tensors.insert(format!("{to}.{}", &name[from.len()..]), entry);
+        }
+    }
+
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
         self.tensors.get(name).ok_or_else(|| Error::file(&self.origin, format!("tensor {name} is missing")))
     }

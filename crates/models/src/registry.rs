@@ -26,6 +26,26 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::qwen3_5::QWEN3_5,
 ];
 
+/// Multimodal classes whose text model is served alone (images and video are not supported):
+/// `(class, the text model's class, the prefix its weights have in place of "model")`. Their
+/// `text_config` is the text model's config.
+pub const TEXT_MODELS_OF: &[(&str, &str, &str)] =
+    &[("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "model.language_model")];
+
+/// For a multimodal class in [`TEXT_MODELS_OF`]: its text model's config (the `text_config`
+/// under the text class's name) and the prefix of the text model's weights.
+pub fn text_model_of(config: &Value) -> Option<(Value, &'static str)> {
+    let class = config.get("architectures")?.get(0)?.as_str()?;
+    let &(_, text_class, prefix) = TEXT_MODELS_OF.iter().find(|(c, _, _)| *c == class)?;
+    let mut text = config.get("text_config")?.clone();
+    if let Some(tie) = config.get("tie_word_embeddings").filter(|_| text.get("tie_word_embeddings").is_none()) {
+        text["tie_word_embeddings"] = tie.clone();
+    }
+    text["architectures"] = serde_json::json!([text_class]);
+    crate::config::lift_rope_parameters(&mut text);
+    Some((text, prefix))
+}
+
 /// The spec of an HF class name.
 pub fn by_class(class: &str) -> Option<&'static ArchSpec> {
     ARCHS.iter().copied().find(|a| a.hf_class == class)
@@ -36,9 +56,10 @@ pub fn by_gguf_arch(arch: &str) -> Option<&'static ArchSpec> {
     ARCHS.iter().copied().find(|a| a.gguf_arch == Some(arch))
 }
 
-/// The supported class names, for error messages and `--help`.
+/// The supported class names (multimodal ones for their text model), for error messages and
+/// `--help`.
 pub fn supported() -> Vec<&'static str> {
-    ARCHS.iter().map(|a| a.hf_class).collect()
+    ARCHS.iter().map(|a| a.hf_class).chain(TEXT_MODELS_OF.iter().map(|t| t.0)).collect()
 }
 
 /// The GGUF architectures read, for error messages.

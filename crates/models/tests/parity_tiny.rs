@@ -147,3 +147,39 @@ fn deepseek_v3() {
 fn qwen3_5() {
     check_arch("qwen3_5", "Qwen3_5ForCausalLM");
 }
+
+/// A Qwen3.5 release is `Qwen3_5ForConditionalGeneration` (with a vision tower): its text model
+/// (config under `text_config`, weights under `model.language_model.`) serves alone, the
+/// vision weights left unread. Built from the tiny text model, it must give the same logits.
+#[test]
+fn qwen3_5_text_model_of_the_multimodal_class() {
+    use common::files::{read_safetensors, scratch_dir, write_safetensors};
+    let src = test_data("data/tiny/qwen3_5");
+    let dir = scratch_dir("qwen3_5_vl");
+    let text: serde_json::Value = serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    let config = serde_json::json!({
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "text_config": text,
+        "vision_config": {"depth": 1, "hidden_size": 8},
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut tensors = read_safetensors(&src.join("model.safetensors"));
+    for t in &mut tensors {
+        if let Some(rest) = t.name.strip_prefix("model.") {
+            t.name = format!("model.language_model.{rest}");
+        }
+    }
+    let mut visual = tensors[0].clone();
+    visual.name = "model.visual.patch_embed.proj.weight".into();
+    tensors.push(visual);
+    write_safetensors(&dir.join("model.safetensors"), &tensors);
+
+    let wrapped = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(wrapped.model.info().architecture, "Qwen3_5ForCausalLM");
+    let plain = vllm_rs_models::load(&src).unwrap();
+    let prompt = [5, 17, 99, 3, 250, 41];
+    let (a, b) = (greedy(wrapped.model.as_ref(), &prompt, 4, 2), greedy(plain.model.as_ref(), &prompt, 4, 2));
+    assert_eq!(a.token_ids, b.token_ids);
+    assert!(a.final_logits == b.final_logits, "the wrapped text model computes differently");
+}
