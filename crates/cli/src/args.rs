@@ -46,6 +46,19 @@ pub struct EngineArgs {
     #[arg(long)]
     pub disable_hybrid_kv_cache_manager: bool,
 
+    /// Prefix caching for models with recurrent layers (Qwen3.5/3.6's gated delta-net): `align`
+    /// saves the recurrent state every --mamba-block-size tokens, where a prompt ends and where
+    /// two prompts diverged, so a request sharing that prefix resumes there; `all` saves it at
+    /// every block; `none` saves nothing (such models then get no prefix hits). Each saved state
+    /// is one request's whole recurrent state (e.g. 19 MiB for Qwen3.5-0.8B), kept LRU in a pool
+    /// sized from the KV cache memory.
+    #[arg(long, value_enum, default_value_t = MambaCacheModeArg::Align)]
+    pub mamba_cache_mode: MambaCacheModeArg,
+
+    /// Tokens between saved recurrent states (`align` mode); a multiple of --block-size.
+    #[arg(long, default_value_t = 256)]
+    pub mamba_block_size: usize,
+
     /// Speculative decoding, as vLLM's flag takes it: JSON
     /// (`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`) or
     /// `key=value,...`. Methods: `ngram` (prompt lookup in the request's own tokens; no extra
@@ -186,6 +199,13 @@ pub enum KvCacheDtypeArg {
     Float32,
     Float16,
     Bfloat16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MambaCacheModeArg {
+    None,
+    All,
+    Align,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

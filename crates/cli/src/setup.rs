@@ -1,7 +1,7 @@
 //! From `--model` and engine options to a ready engine: resolve and fetch the model, load the
 //! weights, tokenizer, chat template and generation defaults, size the KV cache.
 
-use crate::args::{EngineArgs, KvCacheDtypeArg, LogprobsModeArg, PolicyArg, RunnerArg};
+use crate::args::{EngineArgs, KvCacheDtypeArg, LogprobsModeArg, MambaCacheModeArg, PolicyArg, RunnerArg};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
@@ -169,8 +169,21 @@ fn load_generate(
         draft.as_ref().map_or(0, |d| kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype));
     let per_block = kv_bytes_per_block(&layout, kv_dtype) + draft_per_block;
     let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;
-    // Recurrent layers keep a fixed f32 state per running request, whatever its length.
+    // Recurrent layers keep a fixed f32 state per running request, whatever its length, and
+    // the prefix cache keeps snapshots of such states.
     let state_per_request = (layout.state_elements_per_request() * 4) as u64;
+    let snapshots_wanted = args.prefix_caching() && args.mamba_cache_mode != MambaCacheModeArg::None;
+    cfg.mamba_block_size = match args.mamba_cache_mode {
+        MambaCacheModeArg::All => block_size,
+        _ => args.mamba_block_size,
+    };
+    if cfg.mamba_block_size == 0 || !cfg.mamba_block_size.is_multiple_of(block_size) {
+        bail!(
+            "--mamba-block-size ({}) must be a positive multiple of --block-size ({block_size})",
+            cfg.mamba_block_size
+        );
+    }
+    cfg.num_state_snapshots = 0;
     cfg.num_blocks = match args.num_gpu_blocks_override {
         Some(n) => n,
         None => {
@@ -180,7 +193,7 @@ fn load_generate(
                 .kv_cache_memory
                 .or(args.vllm.gpu_memory_utilization.map(share))
                 .unwrap_or_else(|| default_kv_bytes(one, args.max_num_seqs));
-            (state_budget(&mut cfg, bytes, state_per_request) / per_block) as usize
+            (state_budget(&mut cfg, bytes, state_per_request, snapshots_wanted) / per_block) as usize
         }
     };
     let num_blocks = cfg.num_blocks;
@@ -193,11 +206,15 @@ fn load_generate(
         num_blocks as f64 / per_request as f64
     );
     if state_per_request > 0 {
+        let slots = cfg.max_num_seqs + cfg.num_state_snapshots;
         info!(
-            "recurrent state: {} slots (one per running request) of {:.2} MiB, {:.1} MiB in all (f32)",
+            "recurrent state: {} running-request slots and {} prefix-cache snapshots (every {} tokens, and where \
+             prompts end or diverge) of {:.2} MiB, {:.1} MiB in all (f32)",
             cfg.max_num_seqs,
+            cfg.num_state_snapshots,
+            cfg.mamba_block_size,
             state_per_request as f64 / (1 << 20) as f64,
-            (cfg.max_num_seqs as u64 * state_per_request) as f64 / (1 << 20) as f64
+            (slots as u64 * state_per_request) as f64 / (1 << 20) as f64
         );
     }
 
@@ -297,24 +314,30 @@ fn resolve(model: Option<&str>, args: &EngineArgs) -> Result<vllm_rs_hub::Resolv
 
 /// A quarter of the available memory, capped at what `max_num_seqs` full-length requests need,
 /// and at least one full-length request (`one`, in bytes).
-/// Takes the recurrent states of `cfg.max_num_seqs` requests out of the cache's `bytes`, and
-/// returns what is left for blocks. The states get at most half: fewer running requests
-/// (`max_num_seqs` lowered, with a log line) rather than no room for their attention layers.
-fn state_budget(cfg: &mut EngineConfig, bytes: u64, state_per_request: u64) -> u64 {
+/// Takes the recurrent states out of the cache's `bytes` and returns what is left for blocks.
+/// The states get at most half: those of the running requests (`max_num_seqs` lowered, with a
+/// log line, rather than leaving no room for their attention layers) and, with `snapshots`, as
+/// many prefix-cache snapshots again.
+fn state_budget(cfg: &mut EngineConfig, bytes: u64, state_per_request: u64, snapshots: bool) -> u64 {
     if state_per_request == 0 {
         return bytes;
     }
     let fit = ((bytes / 2) / state_per_request).max(1) as usize;
-    if fit < cfg.max_num_seqs {
+    let running = if snapshots { (fit / 2).max(1) } else { fit };
+    if running < cfg.max_num_seqs {
         info!(
-            "recurrent state takes {:.1} MiB per request: --max-num-seqs lowered from {} to {fit} so the states \
+            "recurrent state takes {:.1} MiB per request: --max-num-seqs lowered from {} to {running} so the states \
              fit in half of the KV cache memory",
             state_per_request as f64 / (1 << 20) as f64,
             cfg.max_num_seqs
         );
-        cfg.max_num_seqs = fit;
+        cfg.max_num_seqs = running;
     }
-    bytes.saturating_sub(cfg.max_num_seqs as u64 * state_per_request)
+    if snapshots {
+        cfg.num_state_snapshots = fit.saturating_sub(cfg.max_num_seqs).max(1);
+    }
+    let states = (cfg.max_num_seqs + cfg.num_state_snapshots) as u64;
+    bytes.saturating_sub(states * state_per_request)
 }
 
 fn default_kv_bytes(one: u64, max_num_seqs: usize) -> u64 {

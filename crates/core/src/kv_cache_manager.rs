@@ -7,13 +7,14 @@
 //! `0..num_computed_tokens + num_new_tokens` in every paged group; full blocks are published in
 //! the prefix cache as soon as they are scheduled (their tokens are known), so a request
 //! admitted later in the same step can already share them. A prefix hit is the longest prefix
-//! every group can serve. Recurrent state keeps no per-position snapshots yet, so a model with
-//! recurrent layers gets no prefix hits (the hybrid-model issue adds them).
+//! every group can serve. Recurrent groups serve a prefix only where a snapshot of the state was
+//! saved ([`StateSnapshots`]): with none configured, a model with recurrent layers gets no hits.
 
 use crate::block_pool::{BlockId, BlockPool};
 use crate::kv_cache_spec::{KvCacheLayout, KvCacheSpec};
 use crate::request::Request;
 use crate::single_type_manager::SingleTypeManager;
+use crate::state_snapshots::StateSnapshots;
 use std::collections::HashMap;
 
 /// Prefix-cache counters, in tokens (vLLM's `prefix_cache_queries` / `prefix_cache_hits`).
@@ -37,6 +38,14 @@ pub struct KvCacheManager {
     /// Recurrent state slots: free ones, and each request's (shared by every recurrent group).
     free_slots: Vec<u32>,
     req_to_slot: HashMap<String, Vec<u32>>,
+    /// Saved recurrent states, for prefix hits on models with recurrent layers.
+    snapshots: Option<StateSnapshots>,
+    /// Per admitted request: the snapshot its state starts from, and where its prefix-cache
+    /// hit on the paged groups ended (a divergence point worth a snapshot).
+    restores: HashMap<String, u32>,
+    divergence: HashMap<String, usize>,
+    /// Prefix caching asked for (it needs snapshots on models with recurrent layers).
+    caching_requested: bool,
     pub stats: PrefixCacheStats,
 }
 
@@ -71,8 +80,24 @@ impl KvCacheManager {
             managers,
             free_slots: if has_state { (0..num_state_slots as u32).rev().collect() } else { Vec::new() },
             req_to_slot: HashMap::new(),
+            snapshots: None,
+            restores: HashMap::new(),
+            divergence: HashMap::new(),
+            caching_requested: enable_caching,
             stats: PrefixCacheStats::default(),
         }
+    }
+
+    /// Keeps up to `count` recurrent-state snapshots (state slots `num_state_slots..`, after the
+    /// running requests'), every `interval` tokens and where prompts end or diverge, so models
+    /// with recurrent layers get prefix-cache hits too.
+    pub fn with_state_snapshots(mut self, num_state_slots: usize, count: usize, interval: usize) -> Self {
+        if self.has_state() && count > 0 {
+            let first = num_state_slots as u32;
+            self.snapshots = Some(StateSnapshots::new(first..first + count as u32, interval, self.block_size));
+            self.enable_caching = self.caching_requested;
+        }
+        self
     }
 
     fn paged(&self) -> impl Iterator<Item = &SingleTypeManager> {
@@ -107,6 +132,23 @@ impl KvCacheManager {
             }
             if !shrunk {
                 break;
+            }
+        }
+        if self.has_state() {
+            // The recurrent groups can resume only where a snapshot was saved.
+            self.divergence.insert(req.request_id.clone(), max_blocks * self.block_size);
+            let snaps = self.snapshots.as_mut().expect("caching on a recurrent model has snapshots");
+            match snaps.lookup(&req.block_hashes, max_blocks) {
+                Some((k, slot)) => {
+                    max_blocks = k;
+                    hits.iter_mut().for_each(|h| h.truncate(k));
+                    self.restores.insert(req.request_id.clone(), slot);
+                }
+                None => {
+                    max_blocks = 0;
+                    hits.iter_mut().for_each(Vec::clear);
+                    self.restores.remove(&req.request_id);
+                }
             }
         }
         let tokens = max_blocks * self.block_size;
@@ -168,6 +210,31 @@ impl KvCacheManager {
         if let Some(slot) = self.req_to_slot.remove(request_id) {
             self.free_slots.extend(slot);
         }
+        self.restores.remove(request_id);
+        self.divergence.remove(request_id);
+    }
+
+    /// The snapshot a request admitted this step starts from (once).
+    pub fn take_state_restore(&mut self, request_id: &str) -> Option<u32> {
+        self.restores.remove(request_id)
+    }
+
+    /// Snapshots the request writes while computing positions `start..end`: `(position, slot)`.
+    pub fn plan_state_saves(&mut self, req: &Request, start: usize, end: usize) -> Vec<(usize, u32)> {
+        match self.snapshots.as_mut().filter(|_| self.enable_caching) {
+            Some(s) => {
+                let divergence = self.divergence.get(&req.request_id).copied();
+                s.plan_saves(&req.block_hashes, (start, end), req.prompt_len, divergence)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Makes the snapshots written by the step just run visible to lookups.
+    pub fn commit_state_snapshots(&mut self) {
+        if let Some(s) = &mut self.snapshots {
+            s.commit();
+        }
     }
 
     /// The request's table in each group (a state slot for recurrent groups).
@@ -218,6 +285,9 @@ impl KvCacheManager {
             if slots.len() != n {
                 return Err("a state slot is held twice".into());
             }
+        }
+        if let Some(s) = &self.snapshots {
+            s.check_invariants()?;
         }
         Ok(())
     }

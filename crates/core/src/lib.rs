@@ -8,6 +8,7 @@ pub mod kv_cache_spec;
 pub mod request;
 pub mod scheduler;
 pub mod single_type_manager;
+pub mod state_snapshots;
 
 pub use block_pool::{BlockId, BlockPool};
 pub use kv_cache_manager::{GroupBlockIds, KvCacheManager, PrefixCacheStats};

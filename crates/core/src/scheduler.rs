@@ -36,6 +36,11 @@ pub struct SchedulerConfig {
     /// Slots reserved past a request's scheduled tokens (vLLM's `num_lookahead_tokens`): a
     /// draft model writes its proposals' K/V there at the end of the step.
     pub num_lookahead_tokens: usize,
+    /// Recurrent-state snapshots kept for prefix caching (models with recurrent layers; state
+    /// slots `max_num_seqs..max_num_seqs + num_state_snapshots`), 0 for none.
+    pub num_state_snapshots: usize,
+    /// Tokens between periodic state snapshots (vLLM's `mamba_block_size`), whole blocks.
+    pub mamba_block_size: usize,
 }
 
 /// One request's part of a step, as the runner needs it: full data the first time (and after
@@ -60,6 +65,11 @@ pub struct ScheduledRequest {
     /// Draft tokens scheduled after the known ones (their positions follow; the model checks
     /// them and the step returns the accepted ones plus one more).
     pub spec_token_ids: Vec<u32>,
+    /// Recurrent layers: the snapshot slot to copy into the request's state before the step
+    /// (a prefix-cache hit), and the snapshots to save during it: `(position, slot)`, the
+    /// state once the tokens before `position` are in.
+    pub state_restore: Option<u32>,
+    pub state_saves: Vec<(usize, u32)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -102,7 +112,8 @@ impl Scheduler {
             config.enable_prefix_caching,
             config.max_model_len,
             config.max_num_seqs,
-        );
+        )
+        .with_state_snapshots(config.max_num_seqs, config.num_state_snapshots, config.mamba_block_size);
         Scheduler {
             config,
             kv,
@@ -277,7 +288,12 @@ impl Scheduler {
                     table[std::mem::replace(n, table.len())..].to_vec()
                 })
                 .collect();
+            let state_restore = self.kv.take_state_restore(&id);
+            let req = &self.requests[&id];
+            let state_saves = self.kv.plan_state_saves(req, start, start + n);
             out.scheduled.push(ScheduledRequest {
+                state_restore,
+                state_saves,
                 num_scheduled_tokens: n,
                 num_computed_tokens: start,
                 new_prompt_token_ids,
@@ -322,6 +338,7 @@ impl Scheduler {
     /// not compute are simply not counted in `num_computed_tokens`: the next step catches up.
     pub fn update_from_output(&mut self, output: &SchedulerOutput, sampled: &[Vec<u32>]) -> Vec<RequestUpdate> {
         assert_eq!(output.scheduled.len(), sampled.len());
+        self.kv.commit_state_snapshots();
         let mut updates = Vec::new();
         for (s, toks) in output.scheduled.iter().zip(sampled) {
             if toks.is_empty() {

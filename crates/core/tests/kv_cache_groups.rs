@@ -27,6 +27,8 @@ fn config(specs: &[KvCacheSpec], num_blocks: usize, budget: usize) -> SchedulerC
         long_prefill_token_threshold: 0,
         policy: SchedulingPolicy::Fcfs,
         kv_cache_layout: KvCacheLayout::new(specs, BS),
+        num_state_snapshots: 0,
+        mamba_block_size: 16,
     }
 }
 

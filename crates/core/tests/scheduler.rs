@@ -18,6 +18,8 @@ fn config(num_blocks: usize, budget: usize) -> SchedulerConfig {
         long_prefill_token_threshold: 0,
         policy: SchedulingPolicy::Fcfs,
         kv_cache_layout: KvCacheLayout::uniform(1, KvCacheSpec::FullAttention { num_kv_heads: 1, head_dim: 8 }, 16),
+        num_state_snapshots: 0,
+        mamba_block_size: 16,
     }
 }
 

@@ -120,6 +120,7 @@ impl Drafter {
             positions: &round.positions,
             groups: vec![GroupBatch { slot_mapping: &round.slots, seqs }],
             logits_indices: &round.last_rows,
+            state_saves: &[],
         };
         self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits);
         let vocab = self.model.info().vocab_size;

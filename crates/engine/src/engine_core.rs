@@ -41,6 +41,11 @@ pub struct EngineConfig {
     /// a vocabulary of logits): its prompt runs in chunks of `bytes / (4 · vocab)` rows, so a
     /// long prompt neither holds that memory for good nor stalls the other requests for long.
     pub prompt_logprobs_bytes_per_step: usize,
+    /// Models with recurrent layers: state snapshots kept for prefix caching (each as large as
+    /// one request's whole recurrent state), and the tokens between periodic ones (a multiple
+    /// of `block_size`; vLLM's `--mamba-block-size`).
+    pub num_state_snapshots: usize,
+    pub mamba_block_size: usize,
 }
 
 impl EngineConfig {
@@ -63,6 +68,8 @@ impl EngineConfig {
             prompt_logprobs_bytes_per_step: 64 << 20,
             eos_token_id: None,
             generation_eos_ids: Vec::new(),
+            num_state_snapshots: 64,
+            mamba_block_size: 256,
         }
     }
 }
@@ -200,6 +207,8 @@ impl EngineCore {
             long_prefill_token_threshold: config.long_prefill_token_threshold,
             policy: config.policy,
             kv_cache_layout: layout.clone(),
+            num_state_snapshots: config.num_state_snapshots,
+            mamba_block_size: config.mamba_block_size,
             num_lookahead_tokens: match &config.speculative_config {
                 Some(c) if c.is_draft_model() => c.num_speculative_tokens,
                 _ => 0,

@@ -93,6 +93,8 @@ struct FlatBatch {
     query_start_loc: Vec<usize>,
     seq_lens: Vec<usize>,
     logits_indices: Vec<usize>,
+    /// Recurrent-state snapshots to save: (row, state slot).
+    state_saves: Vec<(usize, u32)>,
     /// For each logits row: (scheduled index, prompt position it predicts, is the sample row).
     logits_rows: Vec<(usize, Option<usize>, bool)>,
 }
@@ -108,6 +110,7 @@ impl FlatBatch {
         self.seq_lens.clear();
         self.logits_indices.clear();
         self.logits_rows.clear();
+        self.state_saves.clear();
     }
 }
 
@@ -121,7 +124,8 @@ impl ModelRunner {
                 rows[t] = spec.row_elements();
             }
         }
-        // Recurrent layers: a state per request slot (the scheduler hands out `max_num_seqs`).
+        // Recurrent layers: a state per request slot (the scheduler hands out `max_num_seqs`),
+        // then the prefix cache's snapshots.
         let states: Vec<usize> = layout.layer_group.iter().map(|&g| layout.groups[g].spec.state_elements()).collect();
         let kv = KvCache::with_layout(
             c.num_blocks,
@@ -131,7 +135,7 @@ impl ModelRunner {
             &layout.layer_tensor,
             &layout.layer_group,
         )
-        .with_states(&states, c.max_num_seqs);
+        .with_states(&states, c.max_num_seqs + c.num_state_snapshots);
         ModelRunner {
             model,
             kv,
@@ -214,6 +218,12 @@ impl ModelRunner {
                 }
             }
             b.seq_lens.push(start + n);
+            b.state_saves.extend(s.state_saves.iter().map(|&(pos, slot)| (start_row + pos - 1 - start, slot)));
+            if let Some(src) = s.state_restore {
+                // A prefix-cache hit: the saved state at the hit's end becomes the request's.
+                let g = self.paged_groups.iter().position(|p| !p).expect("restores need a recurrent group");
+                self.kv.copy_state(src as usize, state.block_ids[g][0] as usize);
+            }
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
                 // Row at position p predicts prompt token p + 1.
                 for j in 0..n {
@@ -268,6 +278,7 @@ impl ModelRunner {
             positions: &b.positions,
             groups,
             logits_indices: &b.logits_indices,
+            state_saves: &b.state_saves,
         };
         self.model.forward_with(&batch, &mut self.kv, &mut self.workspace, &mut self.logits);
         let vocab = self.model.info().vocab_size;

@@ -132,6 +132,14 @@ impl KvCache {
         self
     }
 
+    /// Copies slot `src`'s state into slot `dst` in every recurrent layer (a saved prefix's
+    /// state restored into a request's own slot).
+    pub fn copy_state(&mut self, src: usize, dst: usize) {
+        for (states, &n) in self.states.iter_mut().zip(&self.state_elements).filter(|(_, n)| **n > 0) {
+            states.copy_within(src * n..(src + 1) * n, dst * n);
+        }
+    }
+
     /// The states of recurrent layer `layer`, slot after slot, and the elements of one.
     pub fn states_mut(&mut self, layer: usize) -> (&mut [f32], usize) {
         let n = self.state_elements.get(layer).copied().unwrap_or(0);

@@ -34,6 +34,7 @@ fn main() {
                 }],
             }],
             logits_indices: &last,
+            state_saves: &[],
         };
         let logits = lm.model.logits(&batch, &mut kv);
         let next = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;

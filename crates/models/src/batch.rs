@@ -12,6 +12,9 @@ pub struct ForwardBatch<'a> {
     pub groups: Vec<GroupBatch<'a>>,
     /// Rows whose logits are wanted (usually each request's last row).
     pub logits_indices: &'a [usize],
+    /// Recurrent layers: `(row, slot)` — once row `row` is in, save the request's state into
+    /// state slot `slot` (a prefix-cache snapshot).
+    pub state_saves: &'a [(usize, u32)],
 }
 
 /// One KV cache group's view of the batch.

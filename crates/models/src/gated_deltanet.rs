@@ -8,7 +8,7 @@
 //! KV cache's recurrent group; a request whose step starts at position 0 starts from zeros
 //! (a new request, or one preempted and recomputed).
 
-use crate::batch::ForwardBatch;
+use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
@@ -156,13 +156,23 @@ impl GatedDeltaNet {
         let (states, per_slot) = kv.states_mut(layer);
         let conv = d.conv_dim();
         for s in seqs {
-            let slot = s.block_table[0] as usize;
-            let state = &mut states[slot * per_slot..(slot + 1) * per_slot];
+            let at = s.block_table[0] as usize * per_slot;
             if s.seq_len == s.query_len {
-                state.fill(0.0); // nothing computed before this step
+                states[at..at + per_slot].fill(0.0); // nothing computed before this step
             }
-            let rows = &mut qkv[s.query_start * conv..(s.query_start + s.query_len) * conv];
-            causal_conv1d(rows, &mut state[..d.conv_state()], &self.conv_weight, d.conv_kernel, row);
+            // In pieces ending at the rows whose state is saved (the same bits as one piece).
+            let mut from = s.query_start;
+            for (end, snapshot) in saves_in(batch.state_saves, s)
+                .map(|(r, slot)| (r + 1, Some(slot)))
+                .chain([(s.query_start + s.query_len, None)])
+            {
+                let rows = &mut qkv[from * conv..end * conv];
+                causal_conv1d(rows, &mut states[at..at + d.conv_state()], &self.conv_weight, d.conv_kernel, row);
+                if let Some(slot) = snapshot {
+                    states.copy_within(at..at + d.conv_state(), slot as usize * per_slot);
+                }
+                from = end;
+            }
         }
         ops::silu(qkv);
         self.prepare_qk(qkv, n);
@@ -174,7 +184,7 @@ impl GatedDeltaNet {
             }
         }
         core.resize(n * d.value_dim(), 0.0);
-        self.delta_rule(qkv, b, a, seqs, states, per_slot, core);
+        self.delta_rule(qkv, b, a, (seqs, batch.state_saves), states, per_slot, core);
         self.gated_norm(core, z);
         self.out_proj.forward(core, n, out);
     }
@@ -203,7 +213,7 @@ impl GatedDeltaNet {
         qkv: &[f32],
         beta: &[f32],
         decay: &[f32],
-        seqs: &[crate::batch::SeqAttention],
+        (seqs, saves): (&[SeqAttention], &[(usize, u32)]),
         states: &mut [f32],
         per_slot: usize,
         core: &mut [f32],
@@ -215,10 +225,11 @@ impl GatedDeltaNet {
         let core = pool::Disjoint::new(core);
         let task = |i: usize| {
             let (s, h) = (&seqs[i / nv], i % nv);
-            let slot = s.block_table[0] as usize;
-            let start = slot * per_slot + d.conv_state() + h * d.head_state();
-            // SAFETY: tasks own distinct (slot, head) states and distinct (row, head) outputs.
-            let state = unsafe { states.range(start, d.head_state()) };
+            let head_at = |slot: usize| slot * per_slot + d.conv_state() + h * d.head_state();
+            // SAFETY: tasks own distinct (slot, head) states — their request's and its snapshots'
+            // — and distinct (row, head) outputs.
+            let state = unsafe { states.range(head_at(s.block_table[0] as usize), d.head_state()) };
+            let mut saves = saves_in(saves, s).peekable();
             let mut scratch = Vec::new();
             for t in s.query_start..s.query_start + s.query_len {
                 let r = &qkv[t * conv..(t + 1) * conv];
@@ -229,6 +240,10 @@ impl GatedDeltaNet {
                 // SAFETY: as above.
                 let out = unsafe { core.range((t * nv + h) * dv, dv) };
                 gated_delta_step(state, q, k, v, decay[t * nv + h], beta[t * nv + h], &mut scratch, out);
+                if let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
+                    // SAFETY: as above.
+                    unsafe { states.range(head_at(slot as usize), d.head_state()) }.copy_from_slice(state);
+                }
             }
         };
         let n_tasks = seqs.len() * nv;
@@ -254,6 +269,12 @@ impl GatedDeltaNet {
             }
         });
     }
+}
+
+/// The saves of `saves` that fall in `s`'s rows, in row order.
+fn saves_in<'a>(saves: &'a [(usize, u32)], s: &'a SeqAttention) -> impl Iterator<Item = (usize, u32)> + 'a {
+    let rows = s.query_start..s.query_start + s.query_len;
+    saves.iter().copied().filter(move |(r, _)| rows.contains(r))
 }
 
 /// torch's `softplus` (β = 1, threshold 20): `ln(1 + eˣ)`, or `x` above 20.

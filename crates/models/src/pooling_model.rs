@@ -103,6 +103,7 @@ fn decoder_forward<'w>(model: &dyn Model, ids: &[u32], seq_lens: &[usize], ws: &
         positions: &ws.positions,
         groups: vec![GroupBatch { slot_mapping: &ws.slots, seqs }],
         logits_indices: &[],
+        state_saves: &[],
     };
     let kv = ws.kv.as_mut().expect("sized above");
     model.forward(ForwardInput::TokenIds(ids), &batch, kv, &mut ws.decoder)

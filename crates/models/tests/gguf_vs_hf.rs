@@ -126,6 +126,7 @@ fn logits_at(model: &dyn Model, seq: &[u32], rows: &[usize]) -> Vec<f32> {
             seqs: vec![SeqAttention { query_start: 0, query_len: seq.len(), seq_len: seq.len(), block_table: &table }],
         }],
         logits_indices: rows,
+        state_saves: &[],
     };
     model.logits(&batch, &mut kv)
 }

@@ -79,6 +79,7 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
                 })
                 .into(),
             logits_indices: &last,
+            state_saves: &[],
         };
         let logits = model.logits(&batch, &mut kv);
         assert_eq!(logits.len(), vocab);
@@ -132,6 +133,7 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
                 GroupBatch { slot_mapping: &slots, seqs: seq_list(&ranges, states.iter().map(|s| &s[..])) },
             ],
             logits_indices: &last,
+            state_saves: &[],
         };
         let logits = model.logits(&batch, &mut kv);
         assert_eq!(logits.len(), n * vocab);
