@@ -31,6 +31,7 @@ pub mod pooling;
 pub mod pooling_model;
 pub mod qwen2_moe;
 pub mod qwen3_5;
+pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 pub mod registry;
 pub mod yarn;

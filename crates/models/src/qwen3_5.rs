@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::gated_deltanet::{GatedDeltaNet, GdnDims};
 use crate::layers::{Embedding, RmsNorm};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
+use crate::moe;
 use crate::norm::Norm;
 use serde_json::Value;
 use vllm_rs_kernels::ops;
@@ -43,6 +44,19 @@ pub const QWEN3_5: ArchSpec = ArchSpec {
 const NORM_OFFSET: f32 = 1.0;
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    let (hidden, inter) = (moe::config_usize(config, "hidden_size")?, moe::config_usize(config, "intermediate_size")?);
+    load_with(ck, config, |_, p| {
+        Ok(FeedForward::Gated(GatedMlp::load(ck, &format!("{p}.mlp"), hidden, inter, Activation::Silu)?))
+    })
+}
+
+/// The Qwen3.5 model with layer `i`'s feed-forward block built by `ffn(i, its prefix)` (the
+/// MoE variant's experts).
+pub fn load_with(
+    ck: &Checkpoint,
+    config: &Value,
+    ffn: impl Fn(usize, &str) -> Result<FeedForward>,
+) -> Result<DecoderModel> {
     let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     c.validate()?;
     let act = config["hidden_act"].as_str().unwrap_or("silu");
@@ -70,13 +84,12 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
                 Mixer::Attention(load_attention_gated(ck, &a, hidden, params, (false, false), qk, true)?)
             }
         };
-        let mlp = GatedMlp::load(ck, &format!("{p}.mlp"), hidden, c.intermediate_size, Activation::Silu)?;
         layers.push(DecoderLayer {
             input_norm: Norm::Rms(norm(&format!("{p}.input_layernorm"), hidden)?),
             self_attn: mixer,
             post_attn_norm: None,
             pre_mlp_norm: Norm::Rms(norm(&format!("{p}.post_attention_layernorm"), hidden)?),
-            mlp: FeedForward::Gated(mlp),
+            mlp: ffn(i, &p)?,
             post_mlp_norm: None,
             rope: 0,
         });

@@ -24,13 +24,16 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::deepseek_v2::DEEPSEEK_V2,
     &crate::deepseek_v3::DEEPSEEK_V3,
     &crate::qwen3_5::QWEN3_5,
+    &crate::qwen3_5_moe::QWEN3_5_MOE,
 ];
 
 /// Multimodal classes whose text model is served alone (images and video are not supported):
 /// `(class, the text model's class, the prefix its weights have in place of "model")`. Their
 /// `text_config` is the text model's config.
-pub const TEXT_MODELS_OF: &[(&str, &str, &str)] =
-    &[("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "model.language_model")];
+pub const TEXT_MODELS_OF: &[(&str, &str, &str)] = &[
+    ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "model.language_model"),
+    ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM", "model.language_model"),
+];
 
 /// For a multimodal class in [`TEXT_MODELS_OF`]: its text model's config (the `text_config`
 /// under the text class's name) and the prefix of the text model's weights.

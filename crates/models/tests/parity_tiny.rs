@@ -5,7 +5,7 @@
 //! For every golden prompt: our greedy ids must equal transformers', and the logits of the first
 //! and the last step must agree within [`REL_TOL`] of the largest |logit|. The goldens were chosen
 //! so the top-2 margin is ≥ 1% of the largest |logit| at every step, far above the tolerance.
-//! The prompt is prefilled whole, one token at a time, and in chunks of 3: chunking must not
+//! The prompt is prefilled whole, one token at a time, and in chunks of 3, 7 and 16 (a block): chunking must not
 //! change a single bit (batch invariance). All prompts decoded side by side in one batch must
 //! give the same ids too.
 
@@ -48,7 +48,7 @@ fn check_arch(arch: &str, class: &str) {
             worst = worst.max(d);
             assert!(d <= REL_TOL, "{what}: {name} differ by {d:.2e} of the logit scale (tolerance {REL_TOL:.0e})");
         }
-        for chunk in [1, 3] {
+        for chunk in [1, 3, 7, 16] {
             let r = greedy(lm.model.as_ref(), &prompt, n_new, chunk);
             assert_eq!(r.token_ids, whole.token_ids, "{what}: prefill in chunks of {chunk} changed the ids");
             assert!(
@@ -146,6 +146,11 @@ fn deepseek_v3() {
 #[test]
 fn qwen3_5() {
     check_arch("qwen3_5", "Qwen3_5ForCausalLM");
+}
+
+#[test]
+fn qwen3_5_moe() {
+    check_arch("qwen3_5_moe", "Qwen3_5MoeForCausalLM");
 }
 
 /// A Qwen3.5 release is `Qwen3_5ForConditionalGeneration` (with a vision tower): its text model
