@@ -114,6 +114,25 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// Replaces the 2-D tensor `name` by new tensors, each the concatenation of some of its row
+    /// ranges (a fused projection whose rows interleave several, e.g. per head group), copied.
+    pub fn regroup_rows(&mut self, name: &str, parts: &[(String, Vec<std::ops::Range<usize>>)]) -> Result<()> {
+        let (w, file) = self.get(name)?.clone();
+        let rb = w.row_bytes();
+        for (part, ranges) in parts {
+            if let Some(r) = ranges.iter().find(|r| r.end > w.rows) {
+                return Err(Error::file(&file, format!("tensor {name} has {} rows, not {}", w.rows, r.end)));
+            }
+            let bytes: Vec<u8> = ranges.iter().flat_map(|r| &w.bytes()[r.start * rb..r.end * rb]).copied().collect();
+            let rows = bytes.len() / rb;
+            let piece = Weight::new(w.ty, rows, w.cols, Storage::Owned(Arc::new(bytes)))
+                .map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
+            self.tensors.insert(part.clone(), (piece, file.clone()));
+        }
+        self.tensors.remove(name);
+        Ok(())
+    }
+
     /// The `experts` matrices (`rows × cols` each) stacked in the 3-D tensor `name` (GGUF's
     /// `*_exps`, `[experts, rows, cols]`), as views of its bytes, not copies.
     pub fn experts(&self, name: &str, experts: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {

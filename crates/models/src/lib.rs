@@ -33,6 +33,7 @@ pub mod qwen2_moe;
 pub mod qwen3_5;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
+pub mod qwen3_next;
 pub mod registry;
 pub mod yarn;
 

@@ -25,6 +25,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::deepseek_v3::DEEPSEEK_V3,
     &crate::qwen3_5::QWEN3_5,
     &crate::qwen3_5_moe::QWEN3_5_MOE,
+    &crate::qwen3_next::QWEN3_NEXT,
 ];
 
 /// Multimodal classes whose text model is served alone (images and video are not supported):

@@ -153,6 +153,11 @@ fn qwen3_5_moe() {
     check_arch("qwen3_5_moe", "Qwen3_5MoeForCausalLM");
 }
 
+#[test]
+fn qwen3_next() {
+    check_arch("qwen3_next", "Qwen3NextForCausalLM");
+}
+
 /// A Qwen3.5 release is `Qwen3_5ForConditionalGeneration` (with a vision tower): its text model
 /// (config under `text_config`, weights under `model.language_model.`) serves alone, the
 /// vision weights left unread. Built from the tiny text model, it must give the same logits.
