@@ -68,6 +68,11 @@ pub const GGUF_LAYER_MODULES: &[(&str, &str)] = &[
     ("ffn_gate_exps", "mlp.experts.gate_proj"),
     ("ffn_up_exps", "mlp.experts.up_proj"),
     ("ffn_down_exps", "mlp.experts.down_proj"),
+    // The shared expert beside them, and its gate (Qwen2-MoE, Qwen3.5-MoE).
+    ("ffn_gate_inp_shexp", "mlp.shared_expert_gate"),
+    ("ffn_gate_shexp", "mlp.shared_expert.gate_proj"),
+    ("ffn_up_shexp", "mlp.shared_expert.up_proj"),
+    ("ffn_down_shexp", "mlp.shared_expert.down_proj"),
 ];
 
 impl ArchSpec {
@@ -85,6 +90,10 @@ impl ArchSpec {
         let rest = gguf.strip_prefix("blk.")?;
         let (layer, rest) = rest.split_once('.')?;
         layer.parse::<usize>().ok()?;
+        // A whole name the spec maps (`ssm_dt.bias`, or a tensor without a suffix: `ssm_a`).
+        if let Some((_, hf)) = self.gguf_modules.iter().find(|(g, _)| *g == rest) {
+            return Some(format!("model.layers.{layer}.{hf}"));
+        }
         let (module, suffix) = rest.rsplit_once('.')?;
         let (_, hf) = self.gguf_modules.iter().chain(GGUF_LAYER_MODULES).find(|(g, _)| *g == module)?;
         Some(format!("model.layers.{layer}.{hf}.{suffix}"))

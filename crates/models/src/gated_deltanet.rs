@@ -26,6 +26,10 @@ pub struct GdnDims {
     pub head_k_dim: usize,
     pub head_v_dim: usize,
     pub conv_kernel: usize,
+    /// Value heads ordered `[k-head 0's first, k-head 1's first, …, k-head 0's second, …]`
+    /// (llama.cpp's GGUF) instead of grouped by key head (transformers): value head `h` reads
+    /// key head `h % num_k_heads` instead of `h / (num_v_heads / num_k_heads)`.
+    pub tiled_v_heads: bool,
 }
 
 impl GdnDims {
@@ -43,6 +47,7 @@ impl GdnDims {
             head_k_dim: get("linear_key_head_dim")?,
             head_v_dim: get("linear_value_head_dim")?,
             conv_kernel: get("linear_conv_kernel_dim")?,
+            tiled_v_heads: false,
         };
         if !d.num_v_heads.is_multiple_of(d.num_k_heads) || d.conv_kernel < 2 {
             return Err(Error::msg(format!(
@@ -69,6 +74,11 @@ impl GdnDims {
 
     fn conv_state(&self) -> usize {
         (self.conv_kernel - 1) * self.conv_dim()
+    }
+
+    /// The key head value head `h` reads.
+    fn k_head(&self, h: usize) -> usize {
+        if self.tiled_v_heads { h % self.num_k_heads } else { h / (self.num_v_heads / self.num_k_heads) }
     }
 
     fn head_state(&self) -> usize {
@@ -110,7 +120,8 @@ pub struct GdnBuffers {
 }
 
 impl GatedDeltaNet {
-    /// Loads `{prefix}.in_proj_{qkv,z,b,a}`, `conv1d`, `A_log`, `dt_bias`, `norm`, `out_proj`.
+    /// Loads `{prefix}.in_proj_{qkv,z,b,a}`, `conv1d`, `A_log` (or `A`, already `−exp(A_log)`, as
+    /// GGUF stores it), `dt_bias`, `norm`, `out_proj`.
     pub fn load(ck: &Checkpoint, prefix: &str, hidden: usize, dims: GdnDims, eps: f32) -> Result<Self> {
         let lin = |name: &str, out: usize, inp: usize| Linear::load(ck, &format!("{prefix}.{name}"), out, inp, false);
         let (nv, conv) = (dims.num_v_heads, dims.conv_dim());
@@ -121,7 +132,10 @@ impl GatedDeltaNet {
             in_proj_b: lin("in_proj_b", nv, hidden)?,
             in_proj_a: lin("in_proj_a", nv, hidden)?,
             conv_weight: ck.vector(&format!("{prefix}.conv1d.weight"), conv * dims.conv_kernel)?,
-            neg_a: ck.vector(&format!("{prefix}.A_log"), nv)?.iter().map(|a| -a.exp()).collect(),
+            neg_a: match ck.optional_vector(&format!("{prefix}.A"), nv)? {
+                Some(a) => a,
+                None => ck.vector(&format!("{prefix}.A_log"), nv)?.iter().map(|a| -a.exp()).collect(),
+            },
             dt_bias: ck.vector(&format!("{prefix}.dt_bias"), nv)?,
             norm_weight: ck.vector(&format!("{prefix}.norm.weight"), dims.head_v_dim)?,
             eps,
@@ -220,7 +234,6 @@ impl GatedDeltaNet {
     ) {
         let d = self.dims;
         let (conv, nv, dk, dv) = (d.conv_dim(), d.num_v_heads, d.head_k_dim, d.head_v_dim);
-        let group = nv / d.num_k_heads;
         let states = pool::Disjoint::new(states);
         let core = pool::Disjoint::new(core);
         let task = |i: usize| {
@@ -233,7 +246,7 @@ impl GatedDeltaNet {
             let mut scratch = Vec::new();
             for t in s.query_start..s.query_start + s.query_len {
                 let r = &qkv[t * conv..(t + 1) * conv];
-                let kh = h / group;
+                let kh = d.k_head(h);
                 let q = &r[kh * dk..(kh + 1) * dk];
                 let k = &r[d.key_dim() + kh * dk..d.key_dim() + (kh + 1) * dk];
                 let v = &r[2 * d.key_dim() + h * dv..2 * d.key_dim() + (h + 1) * dv];

@@ -17,12 +17,7 @@ pub const QWEN2_MOE: ArchSpec = ArchSpec {
     hf_class: "Qwen2MoeForCausalLM",
     gguf_arch: Some("qwen2moe"),
     load,
-    gguf_modules: &[
-        ("ffn_gate_inp_shexp", "mlp.shared_expert_gate"),
-        ("ffn_gate_shexp", "mlp.shared_expert.gate_proj"),
-        ("ffn_up_shexp", "mlp.shared_expert.up_proj"),
-        ("ffn_down_shexp", "mlp.shared_expert.down_proj"),
-    ],
+    gguf_modules: &[],
     gguf_config: Some(|g, c| moe::config_from_gguf(g, c, false)),
     tiny: TinySpec {
         name: "qwen2_moe",

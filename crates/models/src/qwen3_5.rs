@@ -4,14 +4,16 @@
 //! per-head output gate; per-head q/k RMSNorm; rotary on the first `partial_rotary_factor` of
 //! each head), a SwiGLU MLP on every layer. Every RMSNorm outside the delta-net stores `w` of
 //! `(1 + w)`. Multimodal rotary (mrope) sections coincide for text, where the three position
-//! ids are equal: plain rotary over the rotary dims.
+//! ids are equal: plain rotary over the rotary dims. GGUF (llama.cpp's `qwen35`) stores the
+//! norms as `1 + w`, `A` as `−exp(A_log)`, and value heads in tiled order.
 
 use crate::arch::{ArchSpec, TinySpec};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, lm_head, load_attention_gated, model_info};
 use crate::error::{Error, Result};
 use crate::gated_deltanet::{GatedDeltaNet, GdnDims};
+use crate::gguf::GgufFile;
 use crate::layers::{Embedding, RmsNorm};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::moe;
@@ -21,10 +23,10 @@ use vllm_rs_kernels::ops;
 
 pub const QWEN3_5: ArchSpec = ArchSpec {
     hf_class: "Qwen3_5ForCausalLM",
-    gguf_arch: None,
+    gguf_arch: Some("qwen35"),
     load,
-    gguf_modules: &[],
-    gguf_config: None,
+    gguf_modules: GGUF_MODULES,
+    gguf_config: Some(config_from_gguf),
     tiny: TinySpec {
         name: "qwen3_5",
         config_class: "Qwen3_5TextConfig",
@@ -40,8 +42,46 @@ pub const QWEN3_5: ArchSpec = ArchSpec {
     },
 };
 
-/// `(1 + w)` RMSNorms, as every Qwen3.5 norm but the delta-net's.
-const NORM_OFFSET: f32 = 1.0;
+/// llama.cpp's names of the delta-net's tensors (`qwen35`, `qwen35moe`, `qwen3next`).
+pub const GGUF_MODULES: &[(&str, &str)] = &[
+    ("attn_qkv", "linear_attn.in_proj_qkv"),
+    ("attn_gate", "linear_attn.in_proj_z"),
+    ("ssm_beta", "linear_attn.in_proj_b"),
+    ("ssm_alpha", "linear_attn.in_proj_a"),
+    ("ssm_conv1d", "linear_attn.conv1d"),
+    ("ssm_a", "linear_attn.A"),
+    ("ssm_dt.bias", "linear_attn.dt_bias"),
+    ("ssm_norm", "linear_attn.norm"),
+    ("ssm_out", "linear_attn.out_proj"),
+    ("post_attention_norm", "post_attention_layernorm"),
+];
+
+/// The config keys llama.cpp's `qwen35*` metadata holds under other names.
+pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
+    let arch = g.architecture()?;
+    let key = |k: &str| format!("{arch}.{k}");
+    let req = |k: &str| g.require_u64(&key(k)).map(|v| v as usize);
+    let recurrent = g
+        .get(&key("attention.recurrent_layers"))
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| Error::msg(format!("metadata key {} is missing", key("attention.recurrent_layers"))))?;
+    let types: Vec<&str> = recurrent
+        .iter()
+        .map(|r| if r.as_bool() == Some(true) { "linear_attention" } else { "full_attention" })
+        .collect();
+    let n = c["num_hidden_layers"].as_u64().unwrap_or(0) as usize;
+    // llama.cpp counts multi-token-prediction layers in block_count; they come last.
+    c["layer_types"] = serde_json::json!(types[..n.min(types.len())]);
+    let v_heads = req("ssm.time_step_rank")?;
+    c["linear_conv_kernel_dim"] = req("ssm.conv_kernel")?.into();
+    c["linear_key_head_dim"] = req("ssm.state_size")?.into();
+    c["linear_num_key_heads"] = req("ssm.group_count")?.into();
+    c["linear_num_value_heads"] = v_heads.into();
+    c["linear_value_head_dim"] = (req("ssm.inner_size")? / v_heads.max(1)).into();
+    let head_dim = c["head_dim"].as_u64().unwrap_or(1) as f64;
+    c["partial_rotary_factor"] = (req("rope.dimension_count")? as f64 / head_dim).into();
+    Ok(())
+}
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     let (hidden, inter) = (moe::config_usize(config, "hidden_size")?, moe::config_usize(config, "intermediate_size")?);
@@ -68,8 +108,11 @@ pub fn load_with(
     }
     let (hidden, hd, eps) = (c.hidden_size, c.head_dim(), c.rms_norm_eps);
     let rope_dim = rotary_dim(config, hd)?;
-    let gdn = GdnDims::parse(config)?;
-    let norm = |name: &str, dim: usize| RmsNorm::load(ck, name, dim, eps, NORM_OFFSET);
+    let gguf = ck.format == Format::Gguf;
+    // llama.cpp reorders value heads for its broadcasts, and stores the norms' `1 + w`.
+    let gdn = GdnDims { tiled_v_heads: gguf, ..GdnDims::parse(config)? };
+    let offset = if gguf { 0.0 } else { 1.0 };
+    let norm = |name: &str, dim: usize| RmsNorm::load(ck, name, dim, eps, offset);
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for (i, kind) in layer_types(config, c.num_hidden_layers)?.iter().enumerate() {
         let p = format!("model.layers.{i}");

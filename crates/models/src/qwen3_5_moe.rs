@@ -14,10 +14,13 @@ use serde_json::Value;
 
 pub const QWEN3_5_MOE: ArchSpec = ArchSpec {
     hf_class: "Qwen3_5MoeForCausalLM",
-    gguf_arch: None,
+    gguf_arch: Some("qwen35moe"),
     load,
-    gguf_modules: &[],
-    gguf_config: None,
+    gguf_modules: crate::qwen3_5::GGUF_MODULES,
+    gguf_config: Some(|g, c| {
+        crate::qwen3_5::config_from_gguf(g, c)?;
+        moe::config_from_gguf(g, c, true)
+    }),
     tiny: TinySpec {
         name: "qwen3_5_moe",
         config_class: "Qwen3_5MoeTextConfig",

