@@ -197,3 +197,10 @@ fn qwen3_5_batch_invariance() {
     // layers; preemption drops the state and recomputes it.
     batch_invariance("tiny/qwen3_5");
 }
+
+#[test]
+fn lfm2_batch_invariance() {
+    // Gated short convolutions: a convolution window per request, saved and restored like any
+    // recurrent state.
+    batch_invariance("tiny/lfm2");
+}

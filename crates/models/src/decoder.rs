@@ -29,6 +29,8 @@ pub enum Mixer {
     Mla(MlaAttention),
     /// Gated delta-net linear attention over a recurrent state.
     GatedDeltaNet(GatedDeltaNet),
+    /// LFM2's gated short convolution over a convolution window.
+    ShortConv(crate::short_conv::ShortConv),
 }
 
 impl From<Attention> for Mixer {
@@ -44,6 +46,7 @@ impl Mixer {
             Mixer::Attention(a) => a.kv_cache_spec(),
             Mixer::Mla(a) => a.kv_cache_spec(),
             Mixer::GatedDeltaNet(a) => a.kv_cache_spec(),
+            Mixer::ShortConv(a) => a.kv_cache_spec(),
         }
     }
 
@@ -63,6 +66,7 @@ impl Mixer {
             Mixer::Attention(a) => a.forward(x, batch, rope, kv, layer, ws, out),
             Mixer::Mla(a) => a.forward(x, batch, rope, kv, layer, ws, out),
             Mixer::GatedDeltaNet(a) => a.forward(x, batch, kv, layer, &mut ws.gdn, out),
+            Mixer::ShortConv(a) => a.forward(x, batch, kv, layer, &mut ws.short_conv, out),
         }
     }
 }

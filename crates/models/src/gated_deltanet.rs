@@ -12,10 +12,11 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
+use crate::recurrent_state::{conv_with_saves, request_state, saves_in};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
-use vllm_rs_kernels::recurrent::{causal_conv1d, gated_delta_step};
+use vllm_rs_kernels::recurrent::gated_delta_step;
 use vllm_rs_kernels::{ops, pool};
 
 /// Shapes of a gated delta-net layer (config keys `linear_*`).
@@ -170,23 +171,9 @@ impl GatedDeltaNet {
         let (states, per_slot) = kv.states_mut(layer);
         let conv = d.conv_dim();
         for s in seqs {
-            let at = s.block_table[0] as usize * per_slot;
-            if s.seq_len == s.query_len {
-                states[at..at + per_slot].fill(0.0); // nothing computed before this step
-            }
-            // In pieces ending at the rows whose state is saved (the same bits as one piece).
-            let mut from = s.query_start;
-            for (end, snapshot) in saves_in(batch.state_saves, s)
-                .map(|(r, slot)| (r + 1, Some(slot)))
-                .chain([(s.query_start + s.query_len, None)])
-            {
-                let rows = &mut qkv[from * conv..end * conv];
-                causal_conv1d(rows, &mut states[at..at + d.conv_state()], &self.conv_weight, d.conv_kernel, row);
-                if let Some(slot) = snapshot {
-                    states.copy_within(at..at + d.conv_state(), slot as usize * per_slot);
-                }
-                from = end;
-            }
+            let at = request_state(states, per_slot, s);
+            let w = (&self.conv_weight[..], d.conv_kernel);
+            conv_with_saves(qkv, conv, (states, at, per_slot), w, s, batch.state_saves, row);
         }
         ops::silu(qkv);
         self.prepare_qk(qkv, n);
@@ -282,12 +269,6 @@ impl GatedDeltaNet {
             }
         });
     }
-}
-
-/// The saves of `saves` that fall in `s`'s rows, in row order.
-fn saves_in<'a>(saves: &'a [(usize, u32)], s: &'a SeqAttention) -> impl Iterator<Item = (usize, u32)> + 'a {
-    let rows = s.query_start..s.query_start + s.query_len;
-    saves.iter().copied().filter(move |(r, _)| rows.contains(r))
 }
 
 /// torch's `softplus` (β = 1, threshold 20): `ln(1 + eˣ)`, or `x` above 20.

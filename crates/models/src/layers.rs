@@ -191,6 +191,8 @@ pub struct AttentionBuffers {
     pub mla: crate::mla::MlaBuffers,
     /// Gated delta-net scratch.
     pub gdn: crate::gated_deltanet::GdnBuffers,
+    /// Short-convolution scratch.
+    pub short_conv: crate::short_conv::ShortConvBuffers,
 }
 
 /// Copies the rows of `hidden` that need logits into `out`.

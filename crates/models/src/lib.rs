@@ -15,6 +15,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
 pub mod layers;
+pub mod lfm2;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
@@ -34,7 +35,9 @@ pub mod qwen3_5;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 pub mod qwen3_next;
+pub mod recurrent_state;
 pub mod registry;
+pub mod short_conv;
 pub mod yarn;
 
 // The file formats live below models and frontend; re-exported under their old paths.

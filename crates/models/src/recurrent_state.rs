@@ -1,0 +1,48 @@
+//! How recurrent layers (gated delta-net, short convolutions) use their state slots: each
+//! request's state lives in its slot (the one entry of its table in the recurrent KV cache
+//! group), starts from zeros when the request's step starts at position 0, and is copied into
+//! prefix-cache snapshot slots at the rows the batch names (`ForwardBatch::state_saves`).
+
+use crate::batch::SeqAttention;
+use vllm_rs_kernels::recurrent::causal_conv1d;
+
+/// Where request `s`'s state starts in a layer's states (`per_slot` values a slot); zeroed
+/// first when nothing was computed before this step.
+pub fn request_state(states: &mut [f32], per_slot: usize, s: &SeqAttention) -> usize {
+    let at = s.block_table[0] as usize * per_slot;
+    if s.seq_len == s.query_len {
+        states[at..at + per_slot].fill(0.0);
+    }
+    at
+}
+
+/// The saves of `saves` that fall in `s`'s rows, in row order.
+pub fn saves_in<'a>(saves: &'a [(usize, u32)], s: &'a SeqAttention) -> impl Iterator<Item = (usize, u32)> + 'a {
+    let rows = s.query_start..s.query_start + s.query_len;
+    saves.iter().copied().filter(move |(r, _)| rows.contains(r))
+}
+
+/// [`causal_conv1d`] over request `s`'s rows of `x` (`channels` wide) with the convolution
+/// window at `states[at..at + window]`, in pieces ending at the rows whose state is saved (the
+/// same bits as one piece), the window copied to the start of each snapshot slot.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_with_saves(
+    x: &mut [f32],
+    channels: usize,
+    (states, at, per_slot): (&mut [f32], usize, usize),
+    (weight, kernel): (&[f32], usize),
+    s: &SeqAttention,
+    saves: &[(usize, u32)],
+    row: &mut Vec<f32>,
+) {
+    let window = (kernel - 1) * channels;
+    let mut from = s.query_start;
+    let ends = saves_in(saves, s).map(|(r, slot)| (r + 1, Some(slot))).chain([(s.query_start + s.query_len, None)]);
+    for (end, snapshot) in ends {
+        causal_conv1d(&mut x[from * channels..end * channels], &mut states[at..at + window], weight, kernel, row);
+        if let Some(slot) = snapshot {
+            states.copy_within(at..at + window, slot as usize * per_slot);
+        }
+        from = end;
+    }
+}
