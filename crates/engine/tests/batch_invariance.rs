@@ -204,3 +204,10 @@ fn lfm2_batch_invariance() {
     // recurrent state.
     batch_invariance("tiny/lfm2");
 }
+
+#[test]
+fn nemotron_h_batch_invariance() {
+    // Mamba-2 blocks (a convolution window and per-head SSM states per request), attention and
+    // MLP blocks, each a layer with one half.
+    batch_invariance("tiny/nemotron_h");
+}

@@ -92,6 +92,66 @@ fn delta_body(a: DeltaArgs) {
     }
 }
 
+/// One token of the Mamba-2 selective state update for one head, as transformers'
+/// `mamba2_selective_state_update`: with `S` the `head_dim × state_size` state,
+/// `S ← decay·S + (dt·b) ⊗ x`, then `out = S·c + d·x` (`decay = exp(dt·A)`).
+#[allow(clippy::too_many_arguments)]
+pub fn ssm_step(state: &mut [f32], x: &[f32], b: &[f32], c: &[f32], dt: f32, decay: f32, d: f32, out: &mut [f32]) {
+    ssm_step_on(crate::isa::tier(), state, x, b, c, dt, decay, d, out)
+}
+
+/// [`ssm_step`] on a given tier.
+#[allow(clippy::too_many_arguments)]
+pub fn ssm_step_on(
+    tier: Tier,
+    state: &mut [f32],
+    x: &[f32],
+    b: &[f32],
+    c: &[f32],
+    dt: f32,
+    decay: f32,
+    d: f32,
+    out: &mut [f32],
+) {
+    assert!(state.len() == x.len() * b.len() && b.len() == c.len() && out.len() == x.len());
+    let args = SsmArgs { state, x, b, c, dt, decay, d, out };
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the tier guarantees AVX-512F.
+        Tier::Avx512 => unsafe { x86::ssm_avx512(args) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the tier guarantees AVX2 and FMA.
+        Tier::Avx2 => unsafe { x86::ssm_avx2(args) },
+        _ => ssm_body(args),
+    }
+}
+
+struct SsmArgs<'a> {
+    state: &'a mut [f32],
+    x: &'a [f32],
+    b: &'a [f32],
+    c: &'a [f32],
+    dt: f32,
+    decay: f32,
+    d: f32,
+    out: &'a mut [f32],
+}
+
+/// Row `p` of the state: `S[p] = decay·S[p] + x[p]·(dt·b)`, `out[p] = S[p]·c + d·x[p]`, the dot
+/// product summed in order (so every tier gives the same bits).
+#[inline(always)]
+fn ssm_body(a: SsmArgs) {
+    let n = a.b.len();
+    for ((row, &xp), o) in a.state.chunks_exact_mut(n).zip(a.x).zip(a.out.iter_mut()) {
+        let mut acc = 0.0;
+        for ((s, &bn), &cn) in row.iter_mut().zip(a.b).zip(a.c) {
+            *s = *s * a.decay + a.dt * bn * xp;
+            acc += *s * cn;
+        }
+        *o = acc + xp * a.d;
+    }
+}
+
 /// Depthwise causal convolution over `x` (`rows × channels`, one token a row), in place:
 /// `y[t][c] = Σ_j w[c][j] · x[t − (K−1) + j][c]`, with the positions before the first row
 /// taken from `state` (`(K−1) × channels`, oldest first), which is left holding the last
@@ -117,7 +177,7 @@ pub fn causal_conv1d(x: &mut [f32], state: &mut [f32], weight: &[f32], kernel: u
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{DeltaArgs, delta_body};
+    use super::{DeltaArgs, SsmArgs, delta_body, ssm_body};
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn delta_avx512(a: DeltaArgs) {
@@ -127,6 +187,16 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn delta_avx2(a: DeltaArgs) {
         delta_body(a)
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn ssm_avx512(a: SsmArgs) {
+        ssm_body(a)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn ssm_avx2(a: SsmArgs) {
+        ssm_body(a)
     }
 }
 
@@ -177,6 +247,39 @@ mod tests {
         }
         for st in &states[1..] {
             assert_eq!(st, &states[0], "the states differ between tiers");
+        }
+    }
+
+    #[test]
+    fn ssm_step_matches_the_reference_and_every_tier_the_scalar_bits() {
+        let (p, n) = (12, 20);
+        let mut s64: Vec<f64> = rand_vec(p * n, 2).iter().map(|&x| x as f64).collect();
+        let mut states: Vec<Vec<f32>> =
+            Tier::available().iter().map(|_| s64.iter().map(|&x| x as f32).collect()).collect();
+        for t in 0..15u64 {
+            let (x, b, c) = (rand_vec(p, 100 + t), rand_vec(n, 200 + t), rand_vec(n, 300 + t));
+            let (dt, decay, d) = (0.1 + 0.05 * t as f32, 0.9 - 0.01 * t as f32, 0.5);
+            let mut want = vec![0f64; p];
+            for i in 0..p {
+                for j in 0..n {
+                    let s = &mut s64[i * n + j];
+                    *s = *s * decay as f64 + dt as f64 * b[j] as f64 * x[i] as f64;
+                    want[i] += *s * c[j] as f64;
+                }
+                want[i] += d as f64 * x[i] as f64;
+            }
+            let mut outs = vec![];
+            for (tier, state) in Tier::available().into_iter().zip(&mut states) {
+                let mut out = vec![0.0; p];
+                ssm_step_on(tier, state, &x, &b, &c, dt, decay, d, &mut out);
+                outs.push(out);
+            }
+            for out in &outs {
+                assert_eq!(out, &outs[0], "a tier differs from scalar at token {t}");
+            }
+            for (o, w) in outs[0].iter().zip(&want) {
+                assert!((*o as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()), "token {t}: {o} vs {w}");
+            }
         }
     }
 

@@ -31,6 +31,10 @@ pub enum Mixer {
     GatedDeltaNet(GatedDeltaNet),
     /// LFM2's gated short convolution over a convolution window.
     ShortConv(crate::short_conv::ShortConv),
+    /// Mamba-2's selective state space.
+    Mamba2(crate::mamba2::Mamba2),
+    /// The block has no mixer half (Nemotron-H's MLP blocks).
+    None,
 }
 
 impl From<Attention> for Mixer {
@@ -47,6 +51,9 @@ impl Mixer {
             Mixer::Mla(a) => a.kv_cache_spec(),
             Mixer::GatedDeltaNet(a) => a.kv_cache_spec(),
             Mixer::ShortConv(a) => a.kv_cache_spec(),
+            Mixer::Mamba2(a) => a.kv_cache_spec(),
+            // Nothing cached: an empty recurrent state, which takes no memory.
+            Mixer::None => KvCacheSpec::Recurrent { state_elements: 0 },
         }
     }
 
@@ -67,6 +74,8 @@ impl Mixer {
             Mixer::Mla(a) => a.forward(x, batch, rope, kv, layer, ws, out),
             Mixer::GatedDeltaNet(a) => a.forward(x, batch, kv, layer, &mut ws.gdn, out),
             Mixer::ShortConv(a) => a.forward(x, batch, kv, layer, &mut ws.short_conv, out),
+            Mixer::Mamba2(a) => a.forward(x, batch, kv, layer, &mut ws.mamba2, out),
+            Mixer::None => unreachable!("the decoder skips absent halves"),
         }
     }
 }
@@ -82,6 +91,18 @@ pub struct DecoderLayer {
     pub post_mlp_norm: Option<Norm>,
     /// Which of the model's rotary tables this layer's attention uses.
     pub rope: usize,
+}
+
+impl DecoderLayer {
+    /// Whether the layer has its mixer half (`mixer`) or its feed-forward half.
+    fn has(&self, mixer: bool) -> bool {
+        if mixer { !matches!(self.self_attn, Mixer::None) } else { !matches!(self.mlp, FeedForward::None) }
+    }
+
+    /// The norm before a half.
+    fn norm(&self, mixer: bool) -> &Norm {
+        if mixer { &self.input_norm } else { &self.pre_mlp_norm }
+    }
 }
 
 pub struct DecoderModel {
@@ -155,22 +176,30 @@ impl Model for DecoderModel {
         for (table, inv_freq) in ws.ropes.iter_mut().zip(&self.rope_inv_freqs) {
             table.fill(inv_freq, batch.positions);
         }
+        // The blocks' halves in order, each `h += half(norm(h))`; a layer may lack one half
+        // (Nemotron-H). Each residual add is fused with the norm that follows it.
+        let halves: Vec<(usize, bool)> = (0..self.layers.len())
+            .flat_map(|i| [(i, true), (i, false)])
+            .filter(|&(i, mixer)| self.layers[i].has(mixer))
+            .collect();
+        let norm_of = |k: usize| halves.get(k).map_or(&self.norm, |&(i, mixer)| self.layers[i].norm(mixer));
         ws.x.clone_from(&ws.h);
-        self.layers[0].input_norm.forward(&mut ws.x);
-        for (i, layer) in self.layers.iter().enumerate() {
-            let rope = &ws.ropes[layer.rope];
-            layer.self_attn.forward(&ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
-            if let Some(norm) = &layer.post_attn_norm {
-                norm.forward(&mut ws.y);
+        norm_of(0).forward(&mut ws.x);
+        for (k, &(i, mixer)) in halves.iter().enumerate() {
+            let layer = &self.layers[i];
+            if mixer {
+                let rope = &ws.ropes[layer.rope];
+                layer.self_attn.forward(&ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
+                if let Some(norm) = &layer.post_attn_norm {
+                    norm.forward(&mut ws.y);
+                }
+            } else {
+                layer.mlp.forward(&ws.x, n, [&mut ws.gate, &mut ws.up], &mut ws.moe, &mut ws.y);
+                if let Some(norm) = &layer.post_mlp_norm {
+                    norm.forward(&mut ws.y);
+                }
             }
-            layer.pre_mlp_norm.add_forward(&mut ws.h, &ws.y, &mut ws.x);
-            layer.mlp.forward(&ws.x, n, [&mut ws.gate, &mut ws.up], &mut ws.moe, &mut ws.y);
-            if let Some(norm) = &layer.post_mlp_norm {
-                norm.forward(&mut ws.y);
-            }
-            // The residual add, and the next norm with it.
-            let next = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
-            next.add_forward(&mut ws.h, &ws.y, &mut ws.x);
+            norm_of(k + 1).add_forward(&mut ws.h, &ws.y, &mut ws.x);
         }
         &ws.x
     }

@@ -12,7 +12,7 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
-use crate::recurrent_state::{conv_with_saves, request_state, saves_in};
+use crate::recurrent_state::{conv_with_saves, request_state, saves_in, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
@@ -269,9 +269,4 @@ impl GatedDeltaNet {
             }
         });
     }
-}
-
-/// torch's `softplus` (β = 1, threshold 20): `ln(1 + eˣ)`, or `x` above 20.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 { x } else { x.exp().ln_1p() }
 }

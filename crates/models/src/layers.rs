@@ -193,6 +193,8 @@ pub struct AttentionBuffers {
     pub gdn: crate::gated_deltanet::GdnBuffers,
     /// Short-convolution scratch.
     pub short_conv: crate::short_conv::ShortConvBuffers,
+    /// Mamba-2 scratch.
+    pub mamba2: crate::mamba2::Mamba2Buffers,
 }
 
 /// Copies the rows of `hidden` that need logits into `out`.

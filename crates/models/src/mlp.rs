@@ -20,6 +20,8 @@ pub enum Activation {
     /// Exact GELU (erf).
     Gelu,
     Relu,
+    /// `relu(x)²` (Nemotron-H).
+    Relu2,
 }
 
 impl Activation {
@@ -30,6 +32,7 @@ impl Activation {
             Activation::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
             Activation::Gelu => ops::gelu_erf(x),
             Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+            Activation::Relu2 => x.iter_mut().for_each(|v| *v = v.max(0.0) * v.max(0.0)),
         }
     }
 
@@ -40,6 +43,7 @@ impl Activation {
             "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" => Some(Activation::GeluTanh),
             "gelu" => Some(Activation::Gelu),
             "relu" => Some(Activation::Relu),
+            "relu2" => Some(Activation::Relu2),
             _ => None,
         }
     }
@@ -69,7 +73,7 @@ impl GatedMlp {
         match self.act {
             Activation::Silu => ops::silu_mul(gate, up),
             Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
-            act @ (Activation::Gelu | Activation::Relu) => {
+            act @ (Activation::Gelu | Activation::Relu | Activation::Relu2) => {
                 act.apply(gate);
                 gate.iter_mut().zip(up.iter()).for_each(|(g, u)| *g *= u);
             }
@@ -98,6 +102,8 @@ pub enum FeedForward {
     Gated(GatedMlp),
     Plain(Mlp),
     Moe(Box<SparseMoe>),
+    /// The block has no feed-forward half (Nemotron-H's blocks hold one mixer or one MLP).
+    None,
 }
 
 impl FeedForward {
@@ -114,6 +120,7 @@ impl FeedForward {
             FeedForward::Gated(mlp) => mlp.forward(x, m, gate, up, out),
             FeedForward::Plain(mlp) => mlp.forward(x, m, gate, out),
             FeedForward::Moe(block) => block.forward(x, m, moe, out),
+            FeedForward::None => unreachable!("the decoder skips absent halves"),
         }
     }
 }

@@ -46,6 +46,8 @@ impl LayerNorm {
 pub enum Norm {
     Rms(RmsNorm),
     Layer(LayerNorm),
+    /// No normalization (before an absent half of a block; see `decoder.rs`).
+    Identity,
 }
 
 impl Norm {
@@ -54,6 +56,7 @@ impl Norm {
         match self {
             Norm::Rms(n) => n.forward(x),
             Norm::Layer(n) => n.forward(x),
+            Norm::Identity => {}
         }
     }
 
@@ -61,11 +64,11 @@ impl Norm {
     pub fn add_forward(&self, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
         match self {
             Norm::Rms(n) => n.add_forward(h, y, x),
-            Norm::Layer(n) => {
+            Norm::Layer(_) | Norm::Identity => {
                 ops::add_assign(h, y);
                 x.clear();
                 x.extend_from_slice(h);
-                n.forward(x);
+                self.forward(x);
             }
         }
     }

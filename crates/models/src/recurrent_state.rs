@@ -46,3 +46,8 @@ pub fn conv_with_saves(
         from = end;
     }
 }
+
+/// torch's `softplus` (β = 1, threshold 20): `ln(1 + eˣ)`, or `x` above 20.
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { x.exp().ln_1p() }
+}

@@ -27,6 +27,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::qwen3_5_moe::QWEN3_5_MOE,
     &crate::qwen3_next::QWEN3_NEXT,
     &crate::lfm2::LFM2,
+    &crate::nemotron_h::NEMOTRON_H,
 ];
 
 /// Multimodal classes whose text model is served alone (images and video are not supported):

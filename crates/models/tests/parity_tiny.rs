@@ -163,6 +163,11 @@ fn lfm2() {
     check_arch("lfm2", "Lfm2ForCausalLM");
 }
 
+#[test]
+fn nemotron_h() {
+    check_arch("nemotron_h", "NemotronHForCausalLM");
+}
+
 /// A Qwen3.5 release is `Qwen3_5ForConditionalGeneration` (with a vision tower): its text model
 /// (config under `text_config`, weights under `model.language_model.`) serves alone, the
 /// vision weights left unread. Built from the tiny text model, it must give the same logits.

@@ -1,0 +1,243 @@
+//! Mamba-2's selective state space mixer (Nemotron-H; Falcon-H1 and Granite 4 share it), after
+//! transformers' `NemotronHMamba2Mixer`: `in_proj` gives the gate `z`, the convolved stream
+//! `xBC` (x, then `n_groups` B and C vectors) and a time step per head; a depthwise causal
+//! convolution with SiLU over `xBC`; per head a `head_dim × state_size` state updated token by
+//! token (`S ← exp(dt·A)·S + dt·B ⊗ x`, `y = S·C + D·x`, `dt = softplus(dt + dt_bias)` clamped
+//! below at `time_step_min`); `y·silu(z)` normalized per group; `out_proj`.
+//!
+//! Each request keeps one state slot (its convolution window, then its heads' states) in the
+//! recurrent KV cache group (see `recurrent_state.rs`).
+
+use crate::batch::{ForwardBatch, SeqAttention};
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::layers::Linear;
+use crate::recurrent_state::{conv_with_saves, request_state, saves_in, softplus};
+use serde_json::Value;
+use vllm_rs_core::KvCacheSpec;
+use vllm_rs_kernels::attention::KvCache;
+use vllm_rs_kernels::recurrent::ssm_step;
+use vllm_rs_kernels::{ops, pool};
+
+/// Shapes of a Mamba-2 mixer.
+#[derive(Clone, Copy, Debug)]
+pub struct Mamba2Dims {
+    pub num_heads: usize,
+    pub head_dim: usize,
+    pub state_size: usize,
+    pub n_groups: usize,
+    pub conv_kernel: usize,
+}
+
+impl Mamba2Dims {
+    /// From Nemotron-H's config keys.
+    pub fn parse(config: &Value) -> Result<Self> {
+        let get = |key: &str| {
+            config[key]
+                .as_u64()
+                .filter(|&v| v > 0)
+                .map(|v| v as usize)
+                .ok_or_else(|| Error::msg(format!("config: {key} must be a positive integer")))
+        };
+        let d = Mamba2Dims {
+            num_heads: get("mamba_num_heads")?,
+            head_dim: get("mamba_head_dim")?,
+            state_size: get("ssm_state_size")?,
+            n_groups: get("n_groups")?,
+            conv_kernel: get("conv_kernel")?,
+        };
+        if !d.num_heads.is_multiple_of(d.n_groups) || d.conv_kernel < 2 {
+            return Err(Error::msg(format!(
+                "config: mamba_num_heads ({}) must be a multiple of n_groups ({}) and conv_kernel ({}) at least 2",
+                d.num_heads, d.n_groups, d.conv_kernel
+            )));
+        }
+        Ok(d)
+    }
+
+    fn inner(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    fn conv_dim(&self) -> usize {
+        self.inner() + 2 * self.n_groups * self.state_size
+    }
+
+    fn conv_state(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+
+    fn head_state(&self) -> usize {
+        self.head_dim * self.state_size
+    }
+
+    pub fn state_elements(&self) -> usize {
+        self.conv_state() + self.num_heads * self.head_state()
+    }
+}
+
+pub struct Mamba2 {
+    pub dims: Mamba2Dims,
+    pub in_proj: Linear,
+    /// `conv_dim × kernel`, and its bias.
+    pub conv_weight: Vec<f32>,
+    pub conv_bias: Option<Vec<f32>>,
+    /// `−exp(A_log)` per head.
+    pub neg_a: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub d: Vec<f32>,
+    pub time_step_min: f32,
+    /// The gated group RMSNorm's weight (`inner`).
+    pub norm_weight: Vec<f32>,
+    pub eps: f32,
+    pub out_proj: Linear,
+}
+
+/// Scratch of a Mamba-2 mixer.
+#[derive(Default)]
+pub struct Mamba2Buffers {
+    proj: Vec<f32>,
+    xbc: Vec<f32>,
+    dt: Vec<f32>,
+    y: Vec<f32>,
+    row: Vec<f32>,
+}
+
+impl Mamba2 {
+    /// Loads `{prefix}.in_proj`, `conv1d`, `A_log`, `dt_bias`, `D`, `norm`, `out_proj`.
+    pub fn load(
+        ck: &Checkpoint,
+        prefix: &str,
+        hidden: usize,
+        dims: Mamba2Dims,
+        (bias, conv_bias): (bool, bool),
+        time_step_min: f32,
+        eps: f32,
+    ) -> Result<Self> {
+        let (nh, conv) = (dims.num_heads, dims.conv_dim());
+        let vec = |name: &str, n: usize| ck.vector(&format!("{prefix}.{name}"), n);
+        Ok(Mamba2 {
+            dims,
+            in_proj: Linear::load(ck, &format!("{prefix}.in_proj"), dims.inner() + conv + nh, hidden, bias)?,
+            conv_weight: vec("conv1d.weight", conv * dims.conv_kernel)?,
+            conv_bias: if conv_bias { Some(vec("conv1d.bias", conv)?) } else { None },
+            neg_a: vec("A_log", nh)?.iter().map(|a| -a.exp()).collect(),
+            dt_bias: vec("dt_bias", nh)?,
+            d: vec("D", nh)?,
+            time_step_min,
+            norm_weight: vec("norm.weight", dims.inner())?,
+            eps,
+            out_proj: Linear::load(ck, &format!("{prefix}.out_proj"), hidden, dims.inner(), bias)?,
+        })
+    }
+
+    pub fn kv_cache_spec(&self) -> KvCacheSpec {
+        KvCacheSpec::Recurrent { state_elements: self.dims.state_elements() }
+    }
+
+    /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        layer: usize,
+        ws: &mut Mamba2Buffers,
+        out: &mut Vec<f32>,
+    ) {
+        let (n, d) = (batch.num_tokens(), self.dims);
+        let (inner, conv, nh) = (d.inner(), d.conv_dim(), d.num_heads);
+        let Mamba2Buffers { proj, xbc, dt, y, row } = ws;
+        self.in_proj.forward(x, n, proj);
+        let width = inner + conv + nh;
+        // z stays in `proj`; xBC and dt are copied out.
+        xbc.clear();
+        dt.clear();
+        for r in proj.chunks_exact(width) {
+            xbc.extend_from_slice(&r[inner..inner + conv]);
+            dt.extend(
+                r[inner + conv..].iter().zip(&self.dt_bias).map(|(v, b)| softplus(v + b).max(self.time_step_min)),
+            );
+        }
+        let seqs = &batch.groups[kv.group_of(layer)].seqs;
+        let (states, per_slot) = kv.states_mut(layer);
+        for s in seqs {
+            let at = request_state(states, per_slot, s);
+            let w = (&self.conv_weight[..], d.conv_kernel);
+            conv_with_saves(xbc, conv, (states, at, per_slot), w, s, batch.state_saves, row);
+        }
+        if let Some(bias) = &self.conv_bias {
+            xbc.chunks_exact_mut(conv).for_each(|r| ops::add_assign(r, bias));
+        }
+        ops::silu(xbc);
+        y.resize(n * inner, 0.0);
+        self.scan(xbc, dt, (seqs, batch.state_saves), states, per_slot, y);
+        self.gated_norm(y, proj);
+        self.out_proj.forward(y, n, out);
+    }
+
+    /// The state update over every request's tokens in order, one task per (request, head).
+    fn scan(
+        &self,
+        xbc: &[f32],
+        dt: &[f32],
+        (seqs, saves): (&[SeqAttention], &[(usize, u32)]),
+        states: &mut [f32],
+        per_slot: usize,
+        y: &mut [f32],
+    ) {
+        let d = self.dims;
+        let (conv, nh, p, ns) = (d.conv_dim(), d.num_heads, d.head_dim, d.state_size);
+        let heads_per_group = nh / d.n_groups;
+        let states = pool::Disjoint::new(states);
+        let y = pool::Disjoint::new(y);
+        let task = |i: usize| {
+            let (s, h) = (&seqs[i / nh], i % nh);
+            let head_at = |slot: usize| slot * per_slot + d.conv_state() + h * d.head_state();
+            // SAFETY: tasks own distinct (slot, head) states — their request's and its snapshots'
+            // — and distinct (row, head) outputs.
+            let state = unsafe { states.range(head_at(s.block_table[0] as usize), d.head_state()) };
+            let mut saves = saves_in(saves, s).peekable();
+            let g = h / heads_per_group;
+            for t in s.query_start..s.query_start + s.query_len {
+                let r = &xbc[t * conv..(t + 1) * conv];
+                let x = &r[h * p..(h + 1) * p];
+                let b = &r[d.inner() + g * ns..d.inner() + (g + 1) * ns];
+                let c = &r[d.inner() + (d.n_groups + g) * ns..d.inner() + (d.n_groups + g + 1) * ns];
+                let step = dt[t * nh + h];
+                let decay = (step * self.neg_a[h]).exp();
+                // SAFETY: as above.
+                let out = unsafe { y.range(t * d.inner() + h * p, p) };
+                ssm_step(state, x, b, c, step, decay, self.d[h], out);
+                if let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
+                    // SAFETY: as above.
+                    unsafe { states.range(head_at(slot as usize), d.head_state()) }.copy_from_slice(state);
+                }
+            }
+        };
+        let tokens: usize = seqs.iter().map(|s| s.query_len).sum();
+        if seqs.len() * nh > 1 && tokens * nh * p * ns >= 1 << 16 {
+            pool::global().run(seqs.len() * nh, &task);
+        } else {
+            (0..seqs.len() * nh).for_each(task);
+        }
+    }
+
+    /// `y = rmsnorm_per_group(y · silu(z)) · w`, `z` the first `inner` values of each `proj` row.
+    fn gated_norm(&self, y: &mut [f32], proj: &[f32]) {
+        let inner = self.dims.inner();
+        let (group, width) = (inner / self.dims.n_groups, proj.len() / (y.len() / inner));
+        pool::rows_mut(y, inner, pool::min_rows(inner), |r0, rows| {
+            for (i, row) in rows.chunks_exact_mut(inner).enumerate() {
+                let z = &proj[(r0 + i) * width..(r0 + i) * width + inner];
+                for (v, &g) in row.iter_mut().zip(z) {
+                    *v *= g / (1.0 + (-g).exp());
+                }
+                for (part, w) in row.chunks_exact_mut(group).zip(self.norm_weight.chunks_exact(group)) {
+                    let inv = ops::inv_rms(part, self.eps);
+                    part.iter_mut().zip(w).for_each(|(v, w)| *v = w * (*v * inv));
+                }
+            }
+        });
+    }
+}
