@@ -22,6 +22,7 @@ pub mod pooling;
 pub mod prompt;
 pub mod protocol;
 pub mod reasoning;
+pub mod response_store;
 pub mod routes;
 pub mod sampling;
 pub mod shutdown;
@@ -30,6 +31,7 @@ pub mod state;
 pub mod structured;
 pub mod tool_parsers;
 pub mod tools;
+pub mod turn;
 
 pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;
