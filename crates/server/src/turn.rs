@@ -9,6 +9,7 @@ use crate::chat_output::{ChoiceStream, DeltaParts, Message};
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation};
 use crate::json_body::RawObject;
+use crate::reasoning::ThinkTokens;
 use crate::routes::chat::{self, Ctx};
 use crate::routes::finish_str;
 use crate::state::{AppState, ModelContext};
@@ -51,6 +52,38 @@ pub struct TurnUsage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub cached_tokens: usize,
+    /// Generated tokens inside thinking blocks (`--reasoning-parser`; the markers not counted).
+    pub reasoning_tokens: usize,
+}
+
+/// Counts generated tokens inside thinking blocks, delta by delta, by the marker token ids.
+#[derive(Clone, Copy, Debug)]
+struct ReasoningCounter {
+    think: Option<ThinkTokens>,
+    inside: bool,
+}
+
+impl ReasoningCounter {
+    fn new(ctx: &Ctx) -> Self {
+        let think = ctx.model.reasoning.map(|(_, t)| t);
+        let inside = ctx.output.reasoning.is_some_and(|(_, at_start)| at_start);
+        ReasoningCounter { think, inside }
+    }
+
+    fn count(&mut self, ids: &[u32]) -> usize {
+        let Some(t) = self.think else { return 0 };
+        let mut n = 0;
+        for &id in ids {
+            if id == t.start {
+                self.inside = true;
+            } else if id == t.end {
+                self.inside = false;
+            } else if self.inside {
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 /// How a turn ended.
@@ -109,6 +142,7 @@ pub struct Turn {
     ctx: Ctx,
     generation: Generation,
     choice: ChoiceStream,
+    reasoning: ReasoningCounter,
     blocks: Blocks,
     usage: TurnUsage,
     pending: VecDeque<TurnEvent>,
@@ -128,6 +162,7 @@ impl Prepared {
         let usage = TurnUsage { prompt_tokens: self.ctx.prompt_ids.len(), ..Default::default() };
         let choice = self.ctx.output.stream();
         Ok(Turn {
+            reasoning: ReasoningCounter::new(&self.ctx),
             ctx: self.ctx,
             generation,
             choice,
@@ -168,6 +203,7 @@ impl Turn {
             usage: TurnUsage {
                 completion_tokens: seq.num_generated(),
                 cached_tokens: seq.num_cached_tokens,
+                reasoning_tokens: self.reasoning.count(&seq.proc.token_ids),
                 ..self.usage
             },
         };
@@ -189,6 +225,7 @@ impl Turn {
                         self.usage.cached_tokens = delta.num_cached_tokens;
                     }
                     self.usage.completion_tokens += delta.token_ids.len();
+                    self.usage.reasoning_tokens += self.reasoning.count(&delta.token_ids);
                     let finished = delta.finish_reason.is_some();
                     let parts = self.choice.push(&delta.text, finished);
                     self.pending.extend(self.blocks.push(parts));
@@ -323,6 +360,51 @@ mod tests {
                 TurnEvent::Stop(call, "{\"a\": 1}".into()),
             ]
         );
+    }
+
+    #[test]
+    fn reasoning_tokens_are_those_between_the_markers() {
+        let think = Some(ThinkTokens { start: 1, end: 2 });
+        let mut c = ReasoningCounter { think, inside: false };
+        assert_eq!(c.count(&[5, 1, 7, 8]) + c.count(&[9, 2, 6, 1, 3]), 4);
+        let mut opened_by_prompt = ReasoningCounter { think, inside: true };
+        assert_eq!(opened_by_prompt.count(&[7, 8, 2, 9]), 2);
+        assert_eq!(ReasoningCounter { think: None, inside: true }.count(&[7, 8]), 0, "no reasoning parser");
+    }
+
+    /// Chat's stream of a reasoning model that calls a tool, cut at every place, gives the same
+    /// blocks: thinking, text, the call.
+    #[test]
+    fn a_streamed_choice_becomes_the_same_blocks_wherever_it_is_cut() {
+        use crate::chat_output::OutputPlan;
+        use crate::reasoning::ReasoningParser;
+        let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]);
+        let plan = OutputPlan {
+            reasoning: Some((ReasoningParser::Qwen3, false)),
+            include_reasoning: true,
+            tools: crate::tools::parse(Some(&tools), Some(&json!("auto")), None, true).unwrap(),
+            auto_parser: Some("hermes".into()),
+        };
+        let text =
+            "<think>need add</think>\n\nOk.<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (mut choice, mut blocks) = (plan.stream(), Blocks::default());
+            let mut ev = blocks.push(choice.push(&text[..at], false));
+            ev.extend(blocks.push(choice.push(&text[at..], true)));
+            ev.extend(blocks.close());
+            let stops: Vec<_> = ev
+                .iter()
+                .filter_map(|e| match e {
+                    TurnEvent::Stop(Block::Call { name, .. }, t) => Some((format!("call {name}"), t.clone())),
+                    TurnEvent::Stop(b, t) => Some((format!("{b:?}"), t.clone())),
+                    _ => None,
+                })
+                .collect();
+            let want = [("Reasoning", "need add"), ("Text", "\n\nOk."), ("call add", "{\"a\": 1}")];
+            assert_eq!(stops, want.map(|(a, b)| (a.to_string(), b.to_string())), "cut at {at}");
+            let starts = ev.iter().filter(|e| matches!(e, TurnEvent::Start(_))).count();
+            assert_eq!(starts, 3, "cut at {at}: {ev:?}");
+        }
     }
 
     #[test]
