@@ -172,4 +172,17 @@ fn count_tokens_is_the_chat_templates_token_count() {
     assert!(counted["input_tokens"].as_u64().unwrap() > 10);
     let created = s.ok("/v1/messages", &json!({"system": system, "messages": messages, "max_tokens": 1}));
     assert_eq!(created["usage"]["input_tokens"], counted["input_tokens"]);
+
+    // A final assistant message is a prefill: the prompt ends inside it, and the reply continues it.
+    let prefill =
+        json!([{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "The capital is"}]);
+    let counted = s.ok("/v1/messages/count_tokens", &json!({"messages": prefill}));
+    let body = json!({"messages": prefill, "continue_final_message": true, "add_generation_prompt": false});
+    let tokenized = s.ok("/tokenize", &body);
+    assert_eq!(counted["input_tokens"], tokenized["count"], "{counted} vs {tokenized}");
+    let ids = tokenized["tokens"].as_array().unwrap();
+    let (_, tail) = s.post("/detokenize", &json!({"tokens": ids[ids.len() - 3..]}));
+    assert!(tail["prompt"].as_str().unwrap().ends_with("capital is"), "{tail}");
+    let created = s.ok("/v1/messages", &json!({"messages": prefill, "max_tokens": 2, "temperature": 0}));
+    assert_eq!(created["usage"]["input_tokens"], counted["input_tokens"]);
 }

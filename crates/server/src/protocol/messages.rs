@@ -109,7 +109,14 @@ impl MessagesRequest {
             return Err(ApiError::schema("messages", "messages: Field required"));
         };
         let mut chat = Map::new();
-        chat.insert("messages".into(), Value::Array(chat_messages(self.system.as_ref(), messages)?));
+        let messages = chat_messages(self.system.as_ref(), messages)?;
+        // A final assistant message is a prefill, as Anthropic reads it: the reply continues it.
+        let last = messages.last();
+        if last.is_some_and(|m| m["role"] == "assistant" && m["content"].is_string() && m.get("tool_calls").is_none()) {
+            chat.insert("continue_final_message".into(), json!(true));
+            chat.insert("add_generation_prompt".into(), json!(false));
+        }
+        chat.insert("messages".into(), Value::Array(messages));
         if let Some(m) = &self.model {
             chat.insert("model".into(), json!(m));
         }
@@ -345,6 +352,23 @@ mod tests {
         assert_eq!(chat["parallel_tool_calls"], json!(false));
         assert_eq!(chat["tools"][0]["function"]["parameters"], json!({"type": "object"}));
         assert_eq!(r.to_chat(true).unwrap()["tool_choice"], json!("none"));
+    }
+
+    #[test]
+    fn a_final_assistant_message_is_continued() {
+        let prefill = json!([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! I am"}]);
+        let chat = req(json!({"max_tokens": 3, "messages": prefill})).to_chat(false).unwrap();
+        assert_eq!((&chat["continue_final_message"], &chat["add_generation_prompt"]), (&json!(true), &json!(false)));
+        let chat = req(json!({"messages": prefill})).to_chat(true).unwrap();
+        assert_eq!(chat["continue_final_message"], json!(true), "count_tokens counts the same prompt");
+        let asked = json!([{"role": "user", "content": "Hi"}]);
+        assert!(
+            req(json!({"max_tokens": 3, "messages": asked}))
+                .to_chat(false)
+                .unwrap()
+                .get("continue_final_message")
+                .is_none()
+        );
     }
 
     #[test]
