@@ -211,28 +211,16 @@ const UNSUPPORTED_MESSAGES: &[Unsupported] = &[
 ];
 const COUNT_TOKENS: &[&str] = &["model", "messages", "system", "tools", "tool_choice", "chat_template_kwargs"];
 
-/// `/v1/responses` (see `protocol/responses.rs`).
+/// `/v1/responses`, besides the fields it passes to chat as they are (see `protocol/responses.rs`).
 const RESPONSES: &[&str] = &[
-    "model",
     "input",
     "instructions",
     "previous_response_id",
     "store",
-    "stream",
     "max_output_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "seed",
     "tools",
     "tool_choice",
-    "parallel_tool_calls",
     "text",
-    "request_id",
-    "priority",
-    "cache_salt",
     // Harmless: identification, routing, stream framing.
     "metadata",
     "user",
@@ -312,7 +300,7 @@ impl Endpoint {
             Endpoint::Rerank => RERANK.contains(&key),
             Endpoint::Messages => MESSAGES.contains(&key),
             Endpoint::CountTokens => COUNT_TOKENS.contains(&key),
-            Endpoint::Responses => RESPONSES.contains(&key),
+            Endpoint::Responses => RESPONSES.contains(&key) || super::responses::CHAT_FIELDS.contains(&key),
         }
     }
 
