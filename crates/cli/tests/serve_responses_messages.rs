@@ -130,6 +130,8 @@ fn stored_responses_get_delete_and_the_bound() {
     assert_eq!(s.get(&format!("/v1/responses/{}", unstored["id"].as_str().unwrap())).0, 404, "store: false");
     assert_eq!(s.get(&format!("/v1/responses/{streamed_id}")).0, 200, "an unstored response evicts nothing");
 
+    let (code, body) = s.post_raw(&format!("/v1/responses/{third_id}/cancel"), "", &[]);
+    assert!(code == 400 && body.contains("Cannot cancel a synchronous response."), "{code} {body}");
     let (code, body) = s.delete(&format!("/v1/responses/{third_id}"));
     assert_eq!(code, 200, "{body}");
     assert_eq!(
@@ -141,6 +143,7 @@ fn stored_responses_get_delete_and_the_bound() {
     assert_eq!((code, v["error"]["code"].clone()), (404, json!(404)), "{body}");
     assert!(v["error"]["message"].as_str().unwrap().contains(third_id), "{body}");
     assert_eq!(s.delete(&format!("/v1/responses/{third_id}")).0, 404);
+    assert_eq!(s.post_raw(&format!("/v1/responses/{third_id}/cancel"), "", &[]).0, 404);
     openai_error(
         &s,
         "/v1/responses",

@@ -1,4 +1,5 @@
-//! `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`: OpenAI's Responses API over the
+//! `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}` (and `/cancel`, which has nothing
+//! to cancel without background mode): OpenAI's Responses API over the
 //! chat path ([`crate::turn`]). A request with `previous_response_id` continues that response's
 //! conversation (its input and output; not its `instructions`); `store` (default true) keeps the
 //! result in the bounded [`crate::response_store`]. Streams are OpenAI's typed events, each with
@@ -42,6 +43,17 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
         Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
     } else {
         not_found(&id, None).into_response()
+    }
+}
+
+/// vLLM's answer: only background responses (not served here) can be cancelled.
+pub async fn cancel(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    match state.responses.get(&id) {
+        Some(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", "Cannot cancel a synchronous response.")
+                .into_response()
+        }
+        None => not_found(&id, None).into_response(),
     }
 }
 
