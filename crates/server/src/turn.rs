@@ -8,7 +8,9 @@
 use crate::chat_output::{ChoiceStream, DeltaParts, Message};
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation};
-use crate::json_body::RawObject;
+use crate::json_body::{RawObject, typed};
+use crate::protocol::chat::ChatRequest;
+use crate::protocol::sampling_fields::SamplingFields;
 use crate::reasoning::ThinkTokens;
 use crate::routes::chat::{self, Ctx};
 use crate::routes::finish_str;
@@ -26,13 +28,30 @@ pub struct Prepared {
     pub stream: bool,
 }
 
+/// Runs `f` on `chat_body` as the chat route reads its bodies.
+fn with_chat_body<T>(chat_body: &Value, f: impl FnOnce(&RawObject) -> ApiResult<T>) -> ApiResult<T> {
+    let bytes = serde_json::to_vec(chat_body).map_err(|e| ApiError::internal(e.to_string()))?;
+    f(&RawObject::parse(&bytes)?)
+}
+
 /// Prepares `chat_body` (a `/v1/chat/completions` request with one choice) as the chat route does.
 pub fn prepare(state: &AppState, model: Arc<ModelContext>, chat_body: &Value) -> ApiResult<Prepared> {
-    let bytes = serde_json::to_vec(chat_body).map_err(|e| ApiError::internal(e.to_string()))?;
-    let obj = RawObject::parse(&bytes)?;
-    let (ctx, specs, stream, n) = chat::prepare(state, model, &obj)?;
-    debug_assert_eq!(n, 1, "the translated body asks for one choice");
-    Ok(Prepared { ctx, specs, stream })
+    with_chat_body(chat_body, |obj| {
+        let (ctx, specs, stream, n) = chat::prepare(state, model, obj)?;
+        debug_assert_eq!(n, 1, "the translated body asks for one choice");
+        Ok(Prepared { ctx, specs, stream })
+    })
+}
+
+/// The prompt tokens of `chat_body`'s conversation, rendered as the chat route renders it.
+pub fn count_prompt_tokens(state: &AppState, model: &ModelContext, chat_body: &Value) -> ApiResult<usize> {
+    with_chat_body(chat_body, |obj| {
+        let f: SamplingFields = typed(obj)?;
+        state.check_model(f.model.as_deref())?;
+        let req: ChatRequest = typed(obj)?;
+        let messages = req.messages.as_deref().unwrap_or_default();
+        Ok(chat::render(&req, messages, &f, state, model)?.0.prompt.ids.len())
+    })
 }
 
 /// A chat error about field `chat` as the client's API names it (`api`): Responses'

@@ -7,8 +7,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::json_body::typed;
 use crate::protocol::fields::Endpoint;
 use crate::protocol::messages::{MessagesRequest, error_json, stop_reason};
-use crate::protocol::sampling_fields::SamplingFields;
-use crate::routes::{chat, prepare_off_thread, read_request};
+use crate::routes::{prepare_off_thread, read_request};
 use crate::sse;
 use crate::state::AppState;
 use crate::turn::{self, Block, Ending, Finished, StreamWriter, Turn, TurnEvent};
@@ -63,14 +62,7 @@ async fn count(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResul
         let state = state.clone();
         prepare_off_thread(body, Endpoint::CountTokens, move |obj| {
             let req: MessagesRequest = typed(obj)?;
-            let chat_body = serde_json::to_vec(&req.to_chat(true)?).map_err(|e| ApiError::internal(e.to_string()))?;
-            let chat_obj = crate::json_body::RawObject::parse(&chat_body)?;
-            let f: SamplingFields = typed(&chat_obj)?;
-            state.check_model(f.model.as_deref())?;
-            let req: crate::protocol::chat::ChatRequest = typed(&chat_obj)?;
-            let messages = req.messages.as_deref().unwrap_or_default();
-            let (rendered, _) = chat::render(&req, messages, &f, &state, &model)?;
-            Ok(rendered.prompt.ids.len())
+            turn::count_prompt_tokens(&state, &model, &req.to_chat(true)?)
         })
         .await?
     };
