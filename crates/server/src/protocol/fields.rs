@@ -200,15 +200,13 @@ const MESSAGES: &[&str] = &[
     "tools",
     "tool_choice",
     "chat_template_kwargs",
+    "output_config",
     // Harmless: identification and routing.
     "metadata",
     "service_tier",
 ];
-const UNSUPPORTED_MESSAGES: &[Unsupported] = &[
-    unsupported("output_config", null_or_empty),
-    unsupported("container", null),
-    unsupported("mcp_servers", null_or_empty),
-];
+const UNSUPPORTED_MESSAGES: &[Unsupported] =
+    &[unsupported("container", null), unsupported("mcp_servers", null_or_empty)];
 const COUNT_TOKENS: &[&str] = &["model", "messages", "system", "tools", "tool_choice", "chat_template_kwargs"];
 
 /// `/v1/responses`, besides the fields it passes to chat as they are (see `protocol/responses.rs`).

@@ -24,6 +24,24 @@ pub struct MessagesRequest {
     pub tools: Option<Vec<Tool>>,
     pub tool_choice: Option<ToolChoice>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    pub output_config: Option<OutputConfig>,
+}
+
+/// `output_config`: the output's JSON schema (chat's `response_format`); `effort` has no
+/// counterpart here.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct OutputConfig {
+    pub format: Option<OutputFormat>,
+    pub effort: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct OutputFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub schema: Option<Value>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -41,6 +59,8 @@ pub struct TextBlock {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Claude Code (2.1.154 on) also sends `ctx` and `msg`, which vLLM reads as `user`.
+    #[serde(alias = "ctx", alias = "msg")]
     User,
     Assistant,
     System,
@@ -81,6 +101,8 @@ pub enum ContentBlock {
         thinking: String,
     },
     RedactedThinking {},
+    /// Only meaningful inside a tool result; skipped elsewhere, as vLLM skips it.
+    ToolReference {},
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -127,8 +149,13 @@ impl MessagesRequest {
             let tools: Vec<Value> = tools
                 .iter()
                 .map(|t| {
+                    let mut schema = t.input_schema.clone();
+                    // As vLLM: a schema without a type describes an object.
+                    if let Some(o) = schema.as_object_mut() {
+                        o.entry("type").or_insert_with(|| json!("object"));
+                    }
                     json!({"type": "function", "function":
-                        {"name": t.name, "description": t.description, "parameters": t.input_schema}})
+                        {"name": t.name, "description": t.description, "parameters": schema}})
                 })
                 .collect();
             chat.insert("tools".into(), Value::Array(tools));
@@ -143,6 +170,9 @@ impl MessagesRequest {
             return Err(ApiError::schema("max_tokens", "max_tokens: Field required"));
         };
         chat.insert("max_tokens".into(), json!(max_tokens));
+        if let Some(rf) = self.output_config.as_ref().map(response_format).transpose()?.flatten() {
+            chat.insert("response_format".into(), rf);
+        }
         if let Some(c) = &self.tool_choice {
             chat.insert("tool_choice".into(), chat_tool_choice(c)?);
             if let Some(d) = c.disable_parallel_tool_use {
@@ -183,6 +213,33 @@ fn chat_tool_choice(c: &ToolChoice) -> ApiResult<Value> {
     })
 }
 
+/// `output_config` as chat's `response_format` (`None`: no format asked for).
+fn response_format(c: &OutputConfig) -> ApiResult<Option<Value>> {
+    if c.effort.is_some() {
+        return Err(ApiError::invalid(
+            "output_config.effort",
+            "`output_config.effort` is not supported by this server (vllm-rs) yet; remove it from the request.",
+        ));
+    }
+    let Some(f) = &c.format else { return Ok(None) };
+    match (f.kind.as_str(), &f.schema) {
+        ("json_schema", Some(schema)) => {
+            Ok(Some(json!({"type": "json_schema", "json_schema": {"name": "json_schema", "schema": schema}})))
+        }
+        ("json_schema", None) => {
+            Err(ApiError::schema("output_config.format.schema", "output_config.format.schema: Field required"))
+        }
+        (other, _) => Err(ApiError::schema(
+            "output_config.format.type",
+            format!("output_config.format.type: expected json_schema, got {other:?}"),
+        )),
+    }
+}
+
+/// Claude Code's per-request attribution header, which vLLM drops from the system prompt (it
+/// changes with every request and would defeat prefix caching).
+const BILLING_HEADER: &str = "x-anthropic-billing-header";
+
 fn image_refused() -> ApiError {
     ApiError::invalid("messages", "Image content is not supported by this server (text only).")
 }
@@ -192,14 +249,18 @@ fn chat_messages(system: Option<&SystemPrompt>, messages: &[InputMessage]) -> Ap
     let mut parts: Vec<String> = match system {
         None => Vec::new(),
         Some(SystemPrompt::Text(s)) => vec![s.clone()],
-        Some(SystemPrompt::Blocks(b)) => b.iter().map(|b| b.text.clone()).collect(),
+        Some(SystemPrompt::Blocks(b)) => {
+            b.iter().filter(|b| !b.text.starts_with(BILLING_HEADER)).map(|b| b.text.clone()).collect()
+        }
     };
     for m in messages.iter().filter(|m| m.role == Role::System) {
         match &m.content {
             Content::Text(s) => parts.push(s.clone()),
             Content::Blocks(blocks) => {
                 for b in blocks {
-                    if let ContentBlock::Text { text } = b {
+                    if let ContentBlock::Text { text } = b
+                        && !text.starts_with(BILLING_HEADER)
+                    {
                         parts.push(text.clone());
                     }
                 }
@@ -228,7 +289,7 @@ fn chat_messages(system: Option<&SystemPrompt>, messages: &[InputMessage]) -> Ap
                 ContentBlock::Text { text } => texts.push(text.clone()),
                 ContentBlock::Image {} => return Err(image_refused()),
                 ContentBlock::Thinking { thinking } => reasoning.push_str(thinking),
-                ContentBlock::RedactedThinking {} => {}
+                ContentBlock::RedactedThinking {} | ContentBlock::ToolReference {} => {}
                 ContentBlock::ToolUse { id, name, input } => {
                     let args = if input.is_null() { "{}".to_string() } else { dumps(input) };
                     calls.push(json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}));
@@ -352,6 +413,26 @@ mod tests {
         assert_eq!(chat["parallel_tool_calls"], json!(false));
         assert_eq!(chat["tools"][0]["function"]["parameters"], json!({"type": "object"}));
         assert_eq!(r.to_chat(true).unwrap()["tool_choice"], json!("none"));
+    }
+
+    #[test]
+    fn claude_code_quirks_and_output_config() {
+        let r = req(json!({
+            "max_tokens": 5,
+            "system": [{"type": "text", "text": "x-anthropic-billing-header: 1234"}, {"type": "text", "text": "Be brief."}],
+            "messages": [{"role": "ctx", "content": "Context."}, {"role": "msg", "content": [{"type": "tool_reference"}, {"type": "text", "text": "Hi"}]}],
+            "tools": [{"name": "f", "input_schema": {"properties": {}}}],
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+        }));
+        let chat = r.to_chat(false).unwrap();
+        assert_eq!(
+            chat["messages"],
+            json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Context."}, {"role": "user", "content": "Hi"}])
+        );
+        assert_eq!(chat["tools"][0]["function"]["parameters"], json!({"properties": {}, "type": "object"}));
+        assert_eq!(chat["response_format"]["json_schema"]["schema"], json!({"type": "object"}));
+        let effort = req(json!({"max_tokens": 5, "messages": [], "output_config": {"effort": "high"}}));
+        assert_eq!(effort.to_chat(false).unwrap_err().param.as_deref(), Some("output_config.effort"));
     }
 
     #[test]
