@@ -211,3 +211,16 @@ fn output_formats_constrain_both_apis() {
     assert!(v["name"].is_string() && v.as_object().unwrap().len() == 1, "{r}");
     assert_eq!(r["text"]["format"], format, "the response repeats the format");
 }
+
+#[test]
+fn a_store_bound_that_is_not_a_count_stops_start_up_naming_it() {
+    let model = vllm_rs_testutil::gguf_path("smollm2");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
+        .args(["serve", model.to_str().unwrap(), "--host", "127.0.0.1", "--port", "0"])
+        .env("VLLM_RS_MAX_STORED_RESPONSES", "lots")
+        .output()
+        .expect("run vllm-rs serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("VLLM_RS_MAX_STORED_RESPONSES=\"lots\" is not a count"), "{stderr}");
+}
