@@ -1,6 +1,7 @@
 //! `/v1/responses` and `/v1/messages` on the real server (SmolLM2), checked from Rust: bad
 //! input answered 4xx in each API's own error shape, stored responses (GET, DELETE, the store's
-//! bound, `store: false`), and count_tokens against the chat template's token count.
+//! bound, `store: false`, a bad bound at start-up), count_tokens against the chat template's token
+//! count, and output formats (`text.format`, `output_config.format`) constraining the output.
 
 mod common;
 
