@@ -205,6 +205,8 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         enable_force_include_usage: a.enable_force_include_usage,
         return_tokens_as_token_ids: a.return_tokens_as_token_ids,
         auto_tool_parser: a.tools.tool_call_parser.clone().filter(|_| a.tools.enable_auto_tool_choice),
+        max_stored_responses: vllm_rs_server::response_store::ResponseStore::max_from_env()
+            .map_err(anyhow::Error::msg)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

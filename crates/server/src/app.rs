@@ -3,7 +3,9 @@
 use crate::auth::require_api_key;
 use crate::config::CorsConfig;
 use crate::errors::{method_not_allowed, not_found};
-use crate::routes::{chat, classify, completions, embeddings, health, metrics, models, sagemaker, score, tokenize};
+use crate::routes::{
+    chat, classify, completions, embeddings, health, messages, metrics, models, responses, sagemaker, score, tokenize,
+};
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
@@ -26,6 +28,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models::list))
         .route("/v1/completions", post(completions::create).layer(orca.clone()))
         .route("/v1/chat/completions", post(chat::create).layer(orca))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
+        .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/invocations", post(sagemaker::invocations))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/pooling", post(embeddings::pooling))

@@ -30,6 +30,9 @@ pub struct ServerConfig {
     /// The tool parser `tool_choice: "auto"` uses (`--enable-auto-tool-choice` with
     /// `--tool-call-parser`); `None`: auto tool choice is refused.
     pub auto_tool_parser: Option<String>,
+    /// `/v1/responses` results kept for `GET` and `previous_response_id`, at most
+    /// (`VLLM_RS_MAX_STORED_RESPONSES`; see `response_store.rs`).
+    pub max_stored_responses: usize,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             enable_force_include_usage: false,
             auto_tool_parser: None,
             return_tokens_as_token_ids: false,
+            max_stored_responses: crate::response_store::MAX_RESPONSES,
         }
     }
 }

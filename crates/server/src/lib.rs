@@ -1,5 +1,6 @@
 //! vLLM's OpenAI-compatible HTTP server on top of the vllm.rs engine: `/v1/completions`,
-//! `/v1/chat/completions` (streaming and not), `/v1/models`, `/tokenize`, `/detokenize`,
+//! `/v1/chat/completions` (streaming and not), `/v1/responses`, Anthropic's `/v1/messages`
+//! (both over the chat path, see [`turn`]), `/v1/models`, `/tokenize`, `/detokenize`,
 //! `/health`, `/version` and `/metrics`; on embedding models `/v1/embeddings`, `/pooling`,
 //! `/score` and `/rerank`; with vLLM's request fields, defaults, response shapes,
 //! error bodies and metric names.
@@ -22,6 +23,7 @@ pub mod pooling;
 pub mod prompt;
 pub mod protocol;
 pub mod reasoning;
+pub mod response_store;
 pub mod routes;
 pub mod sampling;
 pub mod shutdown;
@@ -30,6 +32,7 @@ pub mod state;
 pub mod structured;
 pub mod tool_parsers;
 pub mod tools;
+pub mod turn;
 
 pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;

@@ -4,6 +4,7 @@ use crate::config::ServerConfig;
 use crate::errors::{ApiError, ApiResult};
 use crate::metrics::Metrics;
 use crate::reasoning::{ReasoningParser, ThinkTokens};
+use crate::response_store::ResponseStore;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -145,6 +146,8 @@ pub struct AppState {
     sequences_started: AtomicU64,
     /// One permit per byte of request body being read or parsed (`--max-request-bytes-in-flight`).
     pub body_budget: Option<Arc<tokio::sync::Semaphore>>,
+    /// `/v1/responses` results kept for `GET` and `previous_response_id`.
+    pub responses: ResponseStore,
 }
 
 impl AppState {
@@ -153,6 +156,7 @@ impl AppState {
         let budget = config.limits.max_body_bytes_in_flight.min(tokio::sync::Semaphore::MAX_PERMITS);
         let body_budget = (budget > 0).then(|| Arc::new(tokio::sync::Semaphore::new(budget)));
         Arc::new(AppState {
+            responses: ResponseStore::new(config.max_stored_responses, crate::response_store::MAX_BYTES),
             config,
             body_budget,
             model: OnceLock::new(),

@@ -144,6 +144,12 @@ impl Server {
         (status, resp.body_mut().read_to_string().unwrap_or_default())
     }
 
+    pub fn delete(&self, path: &str) -> (u16, String) {
+        let mut resp = self.agent.delete(self.url(path)).call().unwrap_or_else(|e| panic!("DELETE {path}: {e}"));
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_to_string().unwrap_or_default())
+    }
+
     /// POSTs `body` (raw text) with these headers; (status, body text).
     pub fn post_raw(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, String) {
         let mut req = self.agent.post(self.url(path));

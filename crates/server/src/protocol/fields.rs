@@ -186,6 +186,61 @@ const UNSUPPORTED_TOKENIZE: &[Unsupported] = &[
 
 const DETOKENIZE: &[&str] = &["model", "tokens"];
 
+/// Anthropic's `/v1/messages` (see `protocol/messages.rs`).
+const MESSAGES: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "chat_template_kwargs",
+    "output_config",
+    // Harmless: identification and routing.
+    "metadata",
+    "service_tier",
+];
+const UNSUPPORTED_MESSAGES: &[Unsupported] =
+    &[unsupported("container", null), unsupported("mcp_servers", null_or_empty)];
+const COUNT_TOKENS: &[&str] = &["model", "messages", "system", "tools", "tool_choice", "chat_template_kwargs"];
+
+/// `/v1/responses`, besides the fields it passes to chat as they are (see `protocol/responses.rs`).
+const RESPONSES: &[&str] = &[
+    "input",
+    "instructions",
+    "previous_response_id",
+    "store",
+    "max_output_tokens",
+    "tools",
+    "tool_choice",
+    "text",
+    // Harmless: identification, routing, stream framing.
+    "metadata",
+    "user",
+    "service_tier",
+    "safety_identifier",
+    "prompt_cache_key",
+    "stream_options",
+];
+fn truncation_disabled(v: &Value) -> bool {
+    v.is_null() || v.as_str() == Some("disabled")
+}
+const UNSUPPORTED_RESPONSES: &[Unsupported] = &[
+    unsupported("background", null_or_false),
+    unsupported("include", null_or_empty),
+    unsupported("reasoning", null_or_empty),
+    unsupported("truncation", truncation_disabled),
+    unsupported("top_logprobs", null),
+    unsupported("max_tool_calls", null),
+    unsupported("conversation", null),
+    unsupported("prompt", null),
+];
+
 /// The pooling endpoints (`/v1/embeddings`, `/pooling`; `/score`, `/rerank`).
 const EMBEDDINGS: &[&str] = &[
     "model",
@@ -225,6 +280,9 @@ pub enum Endpoint {
     Classify,
     Score,
     Rerank,
+    Messages,
+    CountTokens,
+    Responses,
 }
 
 impl Endpoint {
@@ -238,6 +296,9 @@ impl Endpoint {
             Endpoint::Classify => CLASSIFY.contains(&key),
             Endpoint::Score => SCORE.contains(&key),
             Endpoint::Rerank => RERANK.contains(&key),
+            Endpoint::Messages => MESSAGES.contains(&key),
+            Endpoint::CountTokens => COUNT_TOKENS.contains(&key),
+            Endpoint::Responses => RESPONSES.contains(&key) || super::responses::CHAT_FIELDS.contains(&key),
         }
     }
 
@@ -246,9 +307,14 @@ impl Endpoint {
             Endpoint::Completion => &[UNSUPPORTED_COMMON, UNSUPPORTED_COMPLETION],
             Endpoint::Chat => &[UNSUPPORTED_COMMON, UNSUPPORTED_CHAT],
             Endpoint::Tokenize => &[UNSUPPORTED_TOKENIZE],
-            Endpoint::Detokenize | Endpoint::Embeddings | Endpoint::Classify | Endpoint::Score | Endpoint::Rerank => {
-                &[]
-            }
+            Endpoint::Messages => &[UNSUPPORTED_MESSAGES],
+            Endpoint::Responses => &[UNSUPPORTED_RESPONSES],
+            Endpoint::Detokenize
+            | Endpoint::Embeddings
+            | Endpoint::Classify
+            | Endpoint::Score
+            | Endpoint::Rerank
+            | Endpoint::CountTokens => &[],
         };
         lists.iter().flat_map(|l| l.iter()).find(|u| u.name == key)
     }

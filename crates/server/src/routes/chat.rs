@@ -5,7 +5,7 @@ use crate::chat_output::{ChoiceStream, OutputPlan};
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
 use crate::json_body::{RawObject, typed};
-use crate::prompt::{ChatInput, TokenizeOptions, chat_prompt};
+use crate::prompt::{ChatInput, ChatPrompt, TokenizeOptions, chat_prompt};
 use crate::protocol::chat::{
     ChatChoice, ChatMessage, ChatRequest, ChatResponse, ChatStreamChoice, ChatStreamResponse, Delta,
 };
@@ -38,11 +38,13 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     }
 }
 
-struct Ctx {
-    id: String,
+/// A prepared chat request: what shaping its output needs (the other APIs over the chat path,
+/// see [`crate::turn`], read `id`, `model`, `prompt_ids` and `output`).
+pub(crate) struct Ctx {
+    pub(crate) id: String,
     created: u64,
     model_name: String,
-    model: Arc<ModelContext>,
+    pub(crate) model: Arc<ModelContext>,
     role: String,
     /// The last message's content when `echo` applies (same role as the reply).
     echo_prefix: Option<String>,
@@ -52,9 +54,9 @@ struct Ctx {
     include_usage: bool,
     continuous_usage: bool,
     prompt_details: bool,
-    prompt_ids: Vec<u32>,
+    pub(crate) prompt_ids: Vec<u32>,
     prompt_text: Option<String>,
-    output: OutputPlan,
+    pub(crate) output: OutputPlan,
 }
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
@@ -73,7 +75,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
 }
 
 /// The request checked and rendered into sequences (tokenized), whether it streams, and `n`.
-fn prepare(
+pub(crate) fn prepare(
     state: &AppState,
     model: Arc<ModelContext>,
     obj: &RawObject,
@@ -108,29 +110,8 @@ fn prepare(
         echo_prompt_logprobs: echo.then_some(top_logprobs),
     };
     let mut plan = RequestPlan::new(&f, inputs, &model)?;
-    let tools = tools::parse(
-        req.tools.as_ref(),
-        req.tool_choice.as_ref(),
-        req.parallel_tool_calls,
-        state.config.auto_tool_parser.is_some(),
-    )?;
-    let opts = TokenizeOptions::new(
-        f.add_special_tokens.unwrap_or(false),
-        f.truncate_prompt_tokens,
-        f.truncation_side.as_deref(),
-        &model,
-    )?;
+    let (rendered, tools) = render(&req, messages, &f, state, &model)?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let input = ChatInput {
-        messages,
-        add_generation_prompt,
-        continue_final_message: req.continue_final_message.unwrap_or(false),
-        request_template: req.chat_template.as_deref(),
-        template_kwargs: req.chat_template_kwargs.as_ref(),
-        documents: req.documents.as_deref(),
-        tools: tools.as_ref().map(|t| t.tools.as_slice()),
-    };
-    let rendered = chat_prompt(&input, &opts, state, &model)?;
     let output = constrain(&mut plan, obj, tools, &rendered.prompt.ids, state, &model)?;
     let output = OutputPlan { include_reasoning: req.include_reasoning.unwrap_or(true), ..output };
     let role = if add_generation_prompt {
@@ -176,6 +157,39 @@ fn prepare(
     };
     model.metrics.record_request(plan.n);
     Ok((ctx, specs, f.stream.unwrap_or(false), plan.n))
+}
+
+/// The conversation rendered through the chat template and tokenized, with the request's tools
+/// checked (what `/v1/messages/count_tokens` counts, too).
+pub(crate) fn render(
+    req: &ChatRequest,
+    messages: &[serde_json::Map<String, serde_json::Value>],
+    f: &SamplingFields,
+    state: &AppState,
+    model: &ModelContext,
+) -> ApiResult<(ChatPrompt, Option<ToolSetup>)> {
+    let tools = tools::parse(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        state.config.auto_tool_parser.is_some(),
+    )?;
+    let opts = TokenizeOptions::new(
+        f.add_special_tokens.unwrap_or(false),
+        f.truncate_prompt_tokens,
+        f.truncation_side.as_deref(),
+        model,
+    )?;
+    let input = ChatInput {
+        messages,
+        add_generation_prompt: req.add_generation_prompt.unwrap_or(true),
+        continue_final_message: req.continue_final_message.unwrap_or(false),
+        request_template: req.chat_template.as_deref(),
+        template_kwargs: req.chat_template_kwargs.as_ref(),
+        documents: req.documents.as_deref(),
+        tools: tools.as_ref().map(|t| t.tools.as_slice()),
+    };
+    Ok((chat_prompt(&input, &opts, state, model)?, tools))
 }
 
 /// The grammar the output must follow (tool choice `required` / named, else the structured
