@@ -194,10 +194,12 @@ fn count_tokens_is_the_chat_templates_token_count() {
 #[test]
 fn output_formats_constrain_both_apis() {
     let s = Server::start(&[]);
-    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
-        "additionalProperties": false});
+    // A bounded name and greedy decoding: the object always closes within the token limit.
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}},
+        "required": ["name"], "additionalProperties": false});
     let ask = json!([{"role": "user", "content": "Give a user record."}]);
-    let body = json!({"max_tokens": 40, "messages": ask, "output_config": {"format": {"type": "json_schema", "schema": schema}}});
+    let body = json!({"max_tokens": 80, "temperature": 0, "messages": ask,
+        "output_config": {"format": {"type": "json_schema", "schema": schema}}});
     let m = s.ok("/v1/messages", &body);
     let text = m["content"][0]["text"].as_str().unwrap();
     let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {m}"));
@@ -205,7 +207,7 @@ fn output_formats_constrain_both_apis() {
     let format = json!({"type": "json_schema", "name": "user", "schema": schema});
     let r = s.ok(
         "/v1/responses",
-        &json!({"input": "Give a user record.", "max_output_tokens": 40, "text": {"format": format}}),
+        &json!({"input": "Give a user record.", "max_output_tokens": 80, "temperature": 0, "text": {"format": format}}),
     );
     let text = r["output"][0]["content"][0]["text"].as_str().unwrap();
     let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {r}"));
