@@ -46,7 +46,7 @@ impl ToolParser for Hermes {
         }
     }
 
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall> {
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         blocks(text).into_iter().take_while(|b| b.1).map_while(|(b, _)| parse(b)).collect()
     }
 }

@@ -36,7 +36,7 @@ impl ToolParser for Llama3Json {
         }
     }
 
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall> {
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         let Some((_, body)) = start(text) else { return vec![] };
         // A value is complete once it parsed; the last one may still grow only if the text
         // ends right after it (an object cannot: its closing brace ends it).

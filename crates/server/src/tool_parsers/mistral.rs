@@ -42,7 +42,7 @@ impl ToolParser for Mistral {
         }
     }
 
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall> {
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         text.find(START).and_then(|at| calls(&text[at + START.len()..], false)).unwrap_or_default()
     }
 }

@@ -1,15 +1,19 @@
 //! Tool parsers (`--tool-call-parser`): find the function calls a model wrote in its own format
 //! in the generated text, for `tool_choice: "auto"`. One file per format, named as vLLM names
 //! the parser. Streaming runs the same parser over the text so far: content streams until the
-//! format's start marker, each call is sent once it is complete (name first, then its
-//! arguments), so a stream's calls are the non-streaming response's calls.
+//! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
+//! its arguments as they become final (in fragments where the format allows: `qwen3_coder`
+//! sends each parameter once it is closed; the JSON formats send a call's arguments once the
+//! call is complete), so a stream's calls are the non-streaming response's calls.
 
 mod hermes;
 mod llama3_json;
 mod mistral;
 mod pythonic;
+mod qwen3_coder;
 
-use crate::tools::ToolCall;
+use crate::tools::tool_call_id;
+use serde_json::Value;
 
 /// A function call as written by the model: its name and arguments JSON text.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,16 +37,25 @@ pub trait ToolParser: Send + Sync {
     /// The calls in a finished output, and the content around them. No calls: the whole text
     /// is content (a malformed call stays text, as vLLM returns it).
     fn extract(&self, text: &str) -> Extracted;
-    /// The calls already complete in an unfinished output (streaming).
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall>;
+    /// The calls begun in an unfinished output (streaming): each one's name, and as much of
+    /// its arguments text as is final (a prefix of what [`Self::extract`] will give).
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall>;
+    /// The id a streamed call gets (vLLM's parsers differ: most `chatcmpl-tool-<hex>`).
+    fn stream_call_id(&self) -> String {
+        tool_call_id()
+    }
+    /// Whether a streamed call's first delta carries the arguments known so far along with its
+    /// name (vLLM's `qwen3_coder`), rather than the name alone.
+    fn name_with_arguments(&self) -> bool {
+        false
+    }
 }
 
 /// The parsers this server has, by vLLM's names.
-pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic"];
+pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder"];
 
 /// vLLM's parser names that are not implemented here (refused at start with a clear message).
 const NOT_YET: &[&str] = &[
-    "qwen3_coder",
     "qwen3_xml",
     "deepseek_v3",
     "deepseek_v31",
@@ -63,13 +76,15 @@ const NOT_YET: &[&str] = &[
     "seed_oss",
 ];
 
-/// The parser named `name`, or why there is none.
-pub fn by_name(name: &str) -> Result<Box<dyn ToolParser>, String> {
+/// The parser named `name` for a request offering `tools` (some formats type the arguments by
+/// the tools' schemas), or why there is none.
+pub fn by_name(name: &str, tools: &[Value]) -> Result<Box<dyn ToolParser>, String> {
     Ok(match name {
         "hermes" => Box::new(hermes::Hermes),
         "llama3_json" => Box::new(llama3_json::Llama3Json),
         "mistral" => Box::new(mistral::Mistral),
         "pythonic" => Box::new(pythonic::Pythonic),
+        "qwen3_coder" => Box::new(qwen3_coder::Qwen3Coder::new(tools)),
         n if NOT_YET.contains(&n) => {
             return Err(format!("tool call parser {n:?} is not implemented yet; available: {}", NAMES.join(", ")));
         }
@@ -122,26 +137,36 @@ pub struct ToolStream {
     sent_content: usize,
     /// Content ended: the start marker was seen.
     in_calls: bool,
-    /// Calls sent so far.
-    sent_calls: usize,
+    /// The calls sent so far: the arguments text sent for each.
+    sent: Vec<String>,
+}
+
+/// One tool-call delta: the call's index in the choice, its id and name the first time, and
+/// the next piece of its arguments.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallDelta {
+    pub index: usize,
+    /// `(id, name)`, in the call's first delta only.
+    pub header: Option<(String, String)>,
+    pub arguments: String,
 }
 
 /// What one step of a stream sends.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StreamDelta {
     pub content: String,
-    /// New calls, each with its index in the choice's calls.
-    pub calls: Vec<(usize, ToolCall)>,
+    /// Call deltas in order (each is a chunk of its own, as vLLM sends).
+    pub calls: Vec<CallDelta>,
 }
 
 impl ToolStream {
     pub fn new(parser: Box<dyn ToolParser>) -> Self {
-        ToolStream { parser, text: String::new(), sent_content: 0, in_calls: false, sent_calls: 0 }
+        ToolStream { parser, text: String::new(), sent_content: 0, in_calls: false, sent: Vec::new() }
     }
 
     /// Whether any call has been sent.
     pub fn called(&self) -> bool {
-        self.sent_calls > 0
+        !self.sent.is_empty()
     }
 
     /// Takes the next piece of text; `finished` on the last one.
@@ -168,16 +193,38 @@ impl ToolStream {
         }
         if self.in_calls {
             let calls =
-                if finished { self.parser.extract(&self.text).calls } else { self.parser.complete_calls(&self.text) };
-            for c in calls.into_iter().skip(self.sent_calls) {
-                out.calls.push((self.sent_calls, ToolCall::new(c.name, c.arguments)));
-                self.sent_calls += 1;
+                if finished { self.parser.extract(&self.text).calls } else { self.parser.calls_so_far(&self.text) };
+            for (index, call) in calls.into_iter().enumerate() {
+                out.calls.extend(self.call_deltas(index, call));
             }
             // No call after all (malformed): what was held back is content, as vLLM returns it.
-            if finished && self.sent_calls == 0 {
+            if finished && self.sent.is_empty() {
                 out.content.push_str(&self.text[self.sent_content..]);
                 self.sent_content = self.text.len();
             }
+        }
+        out
+    }
+
+    /// What is new about call `index`: its header the first time, and the arguments beyond
+    /// those sent (nothing when they no longer extend what was sent: sent text stays sent).
+    fn call_deltas(&mut self, index: usize, call: ParsedCall) -> Vec<CallDelta> {
+        let mut out = Vec::new();
+        if index == self.sent.len() {
+            let header = Some((self.parser.stream_call_id(), call.name));
+            if self.parser.name_with_arguments() {
+                out.push(CallDelta { index, header, arguments: call.arguments.clone() });
+                self.sent.push(call.arguments);
+                return out;
+            }
+            out.push(CallDelta { index, header, arguments: String::new() });
+            self.sent.push(String::new());
+        }
+        let sent = &mut self.sent[index];
+        let new = call.arguments.strip_prefix(sent.as_str()).filter(|n| !n.is_empty()).map(str::to_string);
+        if let Some(arguments) = new {
+            out.push(CallDelta { index, header: None, arguments });
+            *sent = call.arguments;
         }
         out
     }

@@ -20,7 +20,7 @@ impl ToolParser for Pythonic {
         }
     }
 
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall> {
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         let at = text.find('[').unwrap_or(0);
         calls(text[at..].trim()).unwrap_or_default()
     }
@@ -43,6 +43,14 @@ fn calls(text: &str) -> Option<Vec<ParsedCall>> {
     }
     p.ws();
     (p.i == p.s.len()).then_some(out)
+}
+
+/// A Python literal (what `ast.literal_eval` takes) as JSON; `None` when `text` is not one.
+pub(super) fn python_literal(text: &str) -> Option<Value> {
+    let mut p = Parser { s: text.as_bytes(), i: 0 };
+    let v = p.value()?;
+    p.ws();
+    (p.i == p.s.len()).then_some(v)
 }
 
 struct Parser<'a> {

@@ -1,15 +1,27 @@
 //! Each parser on texts its models write, against what vLLM's parser returns for the same text
 //! (arguments re-serialized as `json.dumps(.., ensure_ascii=False)`), and streamed split at
-//! every character boundary: the same calls and the same content.
+//! every character boundary: the same calls and the same content, each call's id, type and name
+//! exactly once.
 
 use super::*;
+use serde_json::json;
 
 fn call(name: &str, arguments: &str) -> ParsedCall {
     ParsedCall { name: name.into(), arguments: arguments.into() }
 }
 
-/// (parser, model text, content vLLM returns, calls vLLM returns).
-fn cases() -> Vec<(&'static str, &'static str, Option<&'static str>, Vec<ParsedCall>)> {
+type Case = (&'static str, &'static str, Option<&'static str>, Vec<ParsedCall>);
+
+/// (parser, model text, content vLLM returns, calls vLLM returns), with the request's tools.
+fn cases() -> Vec<(Value, Case)> {
+    let no_tools = || json!([]);
+    let mut all: Vec<(Value, Case)> = json_format_cases().into_iter().map(|c| (no_tools(), c)).collect();
+    all.extend(qwen3_coder_cases::cases());
+    all
+}
+
+/// The formats whose arguments are JSON text (the tools' schemas play no part).
+fn json_format_cases() -> Vec<Case> {
     vec![
         (
             "hermes",
@@ -75,48 +87,68 @@ fn cases() -> Vec<(&'static str, &'static str, Option<&'static str>, Vec<ParsedC
 
 #[test]
 fn whole_texts_parse_as_vllm_parses_them() {
-    for (name, text, content, calls) in cases() {
-        let p = by_name(name).unwrap();
+    for (tools, (name, text, content, calls)) in cases() {
+        let p = by_name(name, tools.as_array().unwrap()).unwrap();
         let got = p.extract(text);
         assert_eq!(got.content.as_deref(), content, "{name}: {text:?}");
         assert_eq!(got.calls, calls, "{name}: {text:?}");
     }
 }
 
-/// Streams `text` in two pieces split at `at` (and then in single characters), collecting
-/// content and calls.
-fn stream(name: &str, pieces: &[&str]) -> (String, Vec<ParsedCall>) {
-    let mut s = ToolStream::new(by_name(name).unwrap());
-    let (mut content, mut calls) = (String::new(), Vec::new());
+/// What a stream of `pieces` sent: its content, its calls put back together, and each call's
+/// argument fragments. Checks that each call's header (id, name) comes once, first, in order.
+fn stream(parser: Box<dyn ToolParser>, pieces: &[&str]) -> (String, Vec<ParsedCall>, Vec<Vec<String>>) {
+    let mut s = ToolStream::new(parser);
+    let (mut content, mut calls, mut fragments) = (String::new(), Vec::new(), Vec::<Vec<String>>::new());
+    let mut ids = std::collections::HashSet::new();
     for (i, piece) in pieces.iter().enumerate() {
         let d = s.push(piece, i + 1 == pieces.len());
         content.push_str(&d.content);
-        for (index, c) in d.calls {
-            assert_eq!(index, calls.len(), "calls arrive in order, each once");
-            calls.push(ParsedCall { name: c.name, arguments: c.arguments });
+        for c in d.calls {
+            match c.header {
+                Some((id, name)) => {
+                    assert_eq!(c.index, calls.len(), "calls start in order, each once");
+                    assert!(ids.insert(id), "a fresh id per call");
+                    calls.push(ParsedCall { name, arguments: String::new() });
+                    fragments.push(Vec::new());
+                }
+                None => assert!(c.index + 1 == calls.len(), "arguments go to the latest call"),
+            }
+            calls[c.index].arguments.push_str(&c.arguments);
+            if !c.arguments.is_empty() {
+                fragments[c.index].push(c.arguments);
+            }
         }
     }
-    (content, calls)
+    assert_eq!(s.called(), !calls.is_empty());
+    (content, calls, fragments)
 }
 
 #[test]
 fn streaming_split_anywhere_gives_the_same_calls_and_content() {
-    for (name, text, content, calls) in cases() {
+    for (tools, (name, text, content, calls)) in cases() {
+        let parser = || by_name(name, tools.as_array().unwrap()).unwrap();
         let want_content = content.unwrap_or("");
         let bounds: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
         for &at in &bounds {
-            let got = stream(name, &[&text[..at], &text[at..]]);
+            let got = stream(parser(), &[&text[..at], &text[at..]]);
             assert_eq!((got.0.as_str(), &got.1), (want_content, &calls), "{name}: split at {at} of {text:?}");
         }
         let chars: Vec<String> = text.chars().map(String::from).collect();
         let pieces: Vec<&str> = chars.iter().map(String::as_str).collect();
-        let got = stream(name, &pieces);
+        let got = stream(parser(), &pieces);
         assert_eq!((got.0.as_str(), &got.1), (want_content, &calls), "{name}: char by char {text:?}");
     }
 }
 
 #[test]
 fn unknown_and_unimplemented_parsers_are_named() {
-    assert!(by_name("nope").err().unwrap().contains("unknown tool call parser"));
-    assert!(by_name("qwen3_coder").err().unwrap().contains("not implemented yet"));
+    let e = by_name("nope", &[]).err().unwrap();
+    assert!(e.contains("unknown tool call parser") && e.contains("qwen3_coder"), "{e}");
+    assert!(by_name("openai", &[]).err().unwrap().contains("not implemented yet"));
+    for name in NAMES {
+        assert!(by_name(name, &[]).is_ok(), "{name}");
+    }
 }
+
+mod qwen3_coder_cases;
