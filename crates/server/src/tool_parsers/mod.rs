@@ -2,9 +2,10 @@
 //! in the generated text, for `tool_choice: "auto"`. One file per format, named as vLLM names
 //! the parser. Streaming runs the same parser over the text so far: content streams until the
 //! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
-//! its arguments as they become final (in fragments where the format allows: `qwen3_coder`
-//! sends each parameter once it is closed; the JSON formats send a call's arguments once the
-//! call is complete), so a stream's calls are the non-streaming response's calls.
+//! its arguments in fragments as they become final (`hermes`: the raw text as it is written;
+//! `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`, `pythonic`: a
+//! call's arguments once the call is complete). A stream's calls are the non-streaming
+//! response's calls (`hermes`: the same JSON values, in the model's own spacing, as vLLM).
 
 mod hermes;
 mod llama3_json;
@@ -40,6 +41,11 @@ pub trait ToolParser: Send + Sync {
     /// The calls begun in an unfinished output (streaming): each one's name, and as much of
     /// its arguments text as is final (a prefix of what [`Self::extract`] will give).
     fn calls_so_far(&self, text: &str) -> Vec<ParsedCall>;
+    /// All a stream has sent of the calls once its text is `text`: by default the calls so far
+    /// and, at the end, the parsed calls (whose arguments extend what was sent).
+    fn streamed_calls(&self, text: &str, finished: bool) -> Vec<ParsedCall> {
+        if finished { self.extract(text).calls } else { self.calls_so_far(text) }
+    }
     /// The id a streamed call gets (vLLM's parsers differ: most `chatcmpl-tool-<hex>`).
     fn stream_call_id(&self) -> String {
         tool_call_id()
@@ -192,8 +198,7 @@ impl ToolStream {
             self.sent_content = end;
         }
         if self.in_calls {
-            let calls =
-                if finished { self.parser.extract(&self.text).calls } else { self.parser.calls_so_far(&self.text) };
+            let calls = self.parser.streamed_calls(&self.text, finished);
             for (index, call) in calls.into_iter().enumerate() {
                 out.calls.extend(self.call_deltas(index, call));
             }
