@@ -124,7 +124,7 @@ pub struct ToolArgs {
     pub enable_auto_tool_choice: bool,
 
     /// How the model writes tool calls: hermes (Qwen2.5, Hermes), llama3_json, mistral, pythonic,
-    /// qwen3_coder (Qwen3-Coder, Qwen3.5 XML).
+    /// qwen3_coder (Qwen3-Coder, Qwen3.5 XML), deepseek_v3, granite.
     #[arg(long, value_name = "NAME")]
     pub tool_call_parser: Option<String>,
 

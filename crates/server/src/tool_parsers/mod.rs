@@ -2,11 +2,14 @@
 //! in the generated text, for `tool_choice: "auto"`. One file per format, named as vLLM names
 //! the parser. Streaming runs the same parser over the text so far: content streams until the
 //! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
-//! its arguments in fragments as they become final (`hermes`: the raw text as it is written;
-//! `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`, `pythonic`: a
-//! call's arguments once the call is complete). A stream's calls are the non-streaming
-//! response's calls (`hermes`: the same JSON values, in the model's own spacing, as vLLM).
+//! its arguments in fragments as they become final (`hermes`, `deepseek_v3`: the raw text as
+//! it is written; `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`,
+//! `pythonic`, `granite`: a call's arguments once the call is complete). A stream's calls are
+//! the non-streaming response's calls (`hermes`: the same JSON values in the model's own
+//! spacing; where vLLM's stream sends a call the whole parse then rejects, so does this one).
 
+mod deepseek_v3;
+mod granite;
 mod hermes;
 mod llama3_json;
 mod mistral;
@@ -58,17 +61,15 @@ pub trait ToolParser: Send + Sync {
 }
 
 /// The parsers this server has, by vLLM's names.
-pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder"];
+pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder", "deepseek_v3", "granite"];
 
 /// vLLM's parser names that are not implemented here (refused at start with a clear message).
 const NOT_YET: &[&str] = &[
     "qwen3_xml",
-    "deepseek_v3",
     "deepseek_v31",
     "openai",
     "llama4_json",
     "llama4_pythonic",
-    "granite",
     "granite-20b-fc",
     "internlm",
     "jamba",
@@ -91,6 +92,8 @@ pub fn by_name(name: &str, tools: &[Value]) -> Result<Box<dyn ToolParser>, Strin
         "mistral" => Box::new(mistral::Mistral),
         "pythonic" => Box::new(pythonic::Pythonic),
         "qwen3_coder" => Box::new(qwen3_coder::Qwen3Coder::new(tools)),
+        "deepseek_v3" => Box::new(deepseek_v3::DeepSeekV3),
+        "granite" => Box::new(granite::Granite),
         n if NOT_YET.contains(&n) => {
             return Err(format!("tool call parser {n:?} is not implemented yet; available: {}", NAMES.join(", ")));
         }

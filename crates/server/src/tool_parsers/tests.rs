@@ -20,7 +20,7 @@ fn cases() -> Vec<(Value, Case)> {
     all
 }
 
-/// The formats whose arguments are JSON text (the tools' schemas play no part).
+/// The formats whose calls do not depend on the tools' schemas.
 fn json_format_cases() -> Vec<Case> {
     vec![
         (
@@ -82,6 +82,30 @@ fn json_format_cases() -> Vec<Case> {
         ),
         ("pythonic", "The weather is [unknown].", Some("The weather is [unknown]."), vec![]),
         ("pythonic", "[f(x='unclosed)]", Some("[f(x='unclosed)]"), vec![]),
+        // DeepSeek-V3: the arguments as written (vLLM does not re-serialize them).
+        (
+            "deepseek_v3",
+            "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"tz\":\"CET\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            Some("Let me check."),
+            vec![call("get_weather", r#"{"city": "Paris"}"#), call("get_time", r#"{"tz":"CET"}"#)],
+        ),
+        (DEEPSEEK_CUT.0, DEEPSEEK_CUT.1, Some(DEEPSEEK_CUT.1), vec![]),
+        (DEEPSEEK_CODE.0, DEEPSEEK_CODE.1, Some(DEEPSEEK_CODE.1), vec![]),
+        ("deepseek_v3", "No tools needed.", Some("No tools needed."), vec![]),
+        (
+            "granite",
+            "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Boston\"}}, {\"name\": \"now\", \"arguments\": {}}]",
+            None,
+            vec![call("get_weather", r#"{"city": "Boston"}"#), call("now", "{}")],
+        ),
+        (
+            "granite",
+            "<tool_call>[{\"name\":\"f\",\"arguments\":{\"a\":[1,2]}}]",
+            None,
+            vec![call("f", r#"{"a": [1, 2]}"#)],
+        ),
+        ("granite", "The list is [1, 2].", Some("The list is [1, 2]."), vec![]),
+        ("granite", "[{\"name\": \"f\"}]", Some("[{\"name\": \"f\"}]"), vec![]),
     ]
 }
 
@@ -124,30 +148,43 @@ fn stream(parser: Box<dyn ToolParser>, pieces: &[&str]) -> (String, Vec<ParsedCa
     (content, calls, fragments)
 }
 
+/// DeepSeek-V3 cut short inside the arguments: no call in the whole parse.
+const DEEPSEEK_CUT: (&str, &str) =
+    ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"x\": 1");
+
+/// A call type other than `function`: vLLM's response model refuses it, all is content.
+const DEEPSEEK_CODE: (&str, &str) = (
+    "deepseek_v3",
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>code<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+);
+
 /// What vLLM's stream sends where it is not the whole parse: hermes streams the arguments'
-/// raw text (spacing as the model wrote it) and a call's name before its arguments are known
-/// to parse. (text, content, calls).
-fn hermes_streamed() -> Vec<(&'static str, &'static str, Vec<ParsedCall>)> {
+/// raw text (spacing as the model wrote it), and hermes and deepseek_v3 send a call's name and
+/// arguments before the call is known to parse. (parser, text, content, calls).
+fn streams_differ() -> Vec<(&'static str, &'static str, &'static str, Vec<ParsedCall>)> {
     vec![
         (
+            "hermes",
             "Let me check.\n<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":[2.5,\"é\"]}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
             "Let me check.\n",
             vec![call("add", r#"{"a":1,"b":[2.5,"é"]}"#), call("now", "{}")],
         ),
-        ("<tool_call>\n{\"name\": \"f\", \"argu", "", vec![call("f", "")]),
+        ("hermes", "<tool_call>\n{\"name\": \"f\", \"argu", "", vec![call("f", "")]),
+        (DEEPSEEK_CUT.0, DEEPSEEK_CUT.1, "", vec![call("f", r#"{"x": 1"#)]),
+        (DEEPSEEK_CODE.0, DEEPSEEK_CODE.1, "", vec![call("f", "{}")]),
     ]
 }
 
 /// What a stream of `text` sends in all: the whole parse's content and calls, but for vLLM's
-/// hermes stream where that differs.
+/// stream where that differs.
 fn streamed_expectation(
     name: &str,
     text: &str,
     content: Option<&str>,
     calls: &[ParsedCall],
 ) -> (String, Vec<ParsedCall>) {
-    match hermes_streamed().into_iter().find(|(t, ..)| name == "hermes" && *t == text) {
-        Some((_, content, calls)) => (content.to_string(), calls),
+    match streams_differ().into_iter().find(|(p, t, ..)| *p == name && *t == text) {
+        Some((_, _, content, calls)) => (content.to_string(), calls),
         None => (content.unwrap_or("").to_string(), calls.to_vec()),
     }
 }
