@@ -276,6 +276,8 @@ fn bad_inputs_are_400s_and_the_server_stays_healthy() {
         (json!({"tool_choice": "required"}), "tool_choice", "`tools` must be set"),
         (json!({"guided_json": {"type": "object"}}), "guided_json", "not supported"),
         (json!({"priority": 5}), "priority", "Priority scheduling is not enabled"),
+        (json!({"thinking_token_budget": 5}), "thinking_token_budget", "--reasoning-parser"),
+        (json!({"thinking_token_budget": 1.5}), "thinking_token_budget", "non-negative integer"),
     ] {
         let (status, body) = chat(extra.clone());
         assert_eq!(status, 400, "{extra}: {body}");

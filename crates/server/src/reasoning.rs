@@ -2,6 +2,10 @@
 //! from its answer. The thinking goes to `message.reasoning` / `delta.reasoning` (vLLM's field
 //! name), the rest to `content`; tool parsing and structured output apply to the answer only.
 
+use crate::errors::{ApiError, ApiResult};
+use serde::Deserialize;
+use serde_json::Value;
+use vllm_rs_engine::ThinkingBudget;
 use vllm_rs_frontend::Tokenizer;
 
 const START: &str = "<think>";
@@ -85,6 +89,46 @@ pub fn reasoning_ended(prompt: &[u32], t: ThinkTokens) -> bool {
         (Some(s), Some(e)) => e > s,
         (None, Some(_)) => true,
         _ => false,
+    }
+}
+
+/// The request fields that shape the reasoning itself.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ReasoningFields {
+    pub thinking_token_budget: Option<Value>,
+}
+
+impl ReasoningFields {
+    /// `thinking_token_budget` as vLLM takes it (a non-negative integer; -1 or null: none), for
+    /// a model whose reasoning markers are `think` and whose prompt is `prompt`. Without a
+    /// reasoning parser there is no end of thinking to force: a 400 rather than ignoring it.
+    pub fn budget(&self, think: Option<ThinkTokens>, prompt: &[u32]) -> ApiResult<Option<ThinkingBudget>> {
+        const P: &str = "thinking_token_budget";
+        let budget = match &self.thinking_token_budget {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Number(n)) if n.as_i64() == Some(-1) => return Ok(None),
+            Some(Value::Number(n)) if n.is_u64() => n.as_u64().unwrap_or_default() as usize,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    P,
+                    "`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
+                ));
+            }
+        };
+        let Some(t) = think else {
+            return Err(ApiError::invalid(
+                P,
+                "`thinking_token_budget` needs a reasoning model: start the server with --reasoning-parser.",
+            ));
+        };
+        let last_start = prompt.iter().rposition(|&x| x == t.start);
+        let in_think = !reasoning_ended(prompt, t) && last_start.is_some();
+        let counted = match last_start {
+            Some(s) if in_think => prompt.len() - (s + 1),
+            _ => 0,
+        };
+        Ok(Some(ThinkingBudget { budget, start: t.start, end: t.end, in_think, counted }))
     }
 }
 
@@ -184,6 +228,27 @@ mod tests {
         assert!(!q.starts_thinking(&[5, 6], T));
         assert!(r1.starts_thinking(&[5, 6], T));
         assert!(reasoning_ended(&[1, 9, 2], T) && !reasoning_ended(&[2, 1], T));
+    }
+
+    #[test]
+    fn thinking_budgets_are_read_as_vllm_validates_them() {
+        let f = |v: Value| ReasoningFields { thinking_token_budget: Some(v) };
+        assert_eq!(f(Value::Null).budget(Some(T), &[]).unwrap(), None);
+        assert_eq!(f((-1).into()).budget(Some(T), &[]).unwrap(), None);
+        let b = f(8.into()).budget(Some(T), &[5, 1, 6, 7]).unwrap().unwrap();
+        assert_eq!(
+            (b.budget, b.start, b.end, b.in_think, b.counted),
+            (8, 1, 2, true, 2),
+            "two prompt tokens after <think>"
+        );
+        let b = f(0.into()).budget(Some(T), &[5, 1, 2, 6]).unwrap().unwrap();
+        assert_eq!((b.in_think, b.counted), (false, 0), "the prompt closed its block");
+        for bad in [Value::from(-2), Value::from(1.5), Value::from(true), Value::from("3")] {
+            let e = f(bad.clone()).budget(Some(T), &[]).unwrap_err();
+            assert_eq!((e.status.as_u16(), e.param.as_deref()), (400, Some("thinking_token_budget")), "{bad}");
+        }
+        let e = f(4.into()).budget(None, &[]).unwrap_err();
+        assert!(e.message.contains("--reasoning-parser"), "{}", e.message);
     }
 
     #[test]

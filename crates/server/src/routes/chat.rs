@@ -14,7 +14,7 @@ use crate::protocol::completion::StopReasonJson;
 use crate::protocol::fields::Endpoint;
 use crate::protocol::logprobs::{TokenNamer, chat_logprobs, prompt_logprobs_json};
 use crate::protocol::sampling_fields::SamplingFields;
-use crate::reasoning::reasoning_ended;
+use crate::reasoning::{ReasoningFields, reasoning_ended};
 use crate::routes::{finish_str, prepare_off_thread, read_request};
 use crate::sampling::{PlanInputs, RequestPlan};
 use crate::sse;
@@ -197,6 +197,7 @@ fn constrain(
         ));
     }
     let reasoning = model.reasoning.map(|(p, t)| (p, p.starts_thinking(prompt, t)));
+    plan.set_thinking_budget(typed::<ReasoningFields>(obj)?.budget(model.reasoning.map(|(_, t)| t), prompt)?);
     if let Some((spec, param)) = tool_spec.map(|s| (s, "tools")).or(requested) {
         let grammar = structured::compile(model, &spec, param)?;
         // As vLLM: the grammar applies once the reasoning has ended.
