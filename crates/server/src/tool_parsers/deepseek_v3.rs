@@ -79,9 +79,4 @@ impl ToolParser for DeepSeekV3 {
         }
         out
     }
-
-    /// vLLM's stream ends with what it has sent, not a reparse.
-    fn streamed_calls(&self, text: &str, _finished: bool) -> Vec<ParsedCall> {
-        self.calls_so_far(text)
-    }
 }

@@ -2,7 +2,7 @@
 //! Granite 3.1's `<tool_call>[...]`: a JSON list of calls that must be the whole output
 //! (anything else is content, as vLLM reads it).
 
-use super::{Extracted, ParsedCall, ToolParser, call_from_object, json_values};
+use super::{Extracted, ParsedCall, ToolParser, call_from_object, json_calls_so_far};
 
 const BOT_TOKEN: &str = "<|tool_call|>";
 const BOT_STRING: &str = "<tool_call>";
@@ -34,9 +34,8 @@ impl ToolParser for Granite {
         }
     }
 
-    /// The list's complete calls so far.
     fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         let Some(at) = list_start(text) else { return vec![] };
-        json_values(&text[at + 1..], ',').iter().map_while(|v| call_from_object(v, &["arguments"])).collect()
+        json_calls_so_far(&text[at + 1..], ',', &["arguments"])
     }
 }

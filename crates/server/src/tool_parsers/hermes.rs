@@ -62,11 +62,6 @@ impl ToolParser for Hermes {
         }
         out
     }
-
-    /// vLLM's stream ends with what it has sent: the names and raw arguments, not a reparse.
-    fn streamed_calls(&self, text: &str, _finished: bool) -> Vec<ParsedCall> {
-        self.calls_so_far(text)
-    }
 }
 
 /// The text after the first `"key"` followed by `\s*:\s*` (vLLM's regex search).

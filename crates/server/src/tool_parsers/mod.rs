@@ -4,7 +4,8 @@
 //! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
 //! its arguments in fragments as they become final (`hermes`, `deepseek_v3`: the raw text as
 //! it is written; `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`,
-//! `pythonic`, `granite`: a call's arguments once the call is complete). A stream's calls are
+//! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: a call's
+//! arguments once the call is complete). A stream's calls are
 //! the non-streaming response's calls (`hermes`: the same JSON values in the model's own
 //! spacing; where vLLM's stream sends a call the whole parse then rejects, so does this one).
 
@@ -13,6 +14,7 @@ mod granite;
 mod hermes;
 mod llama3_json;
 mod mistral;
+mod partial_json;
 mod pythonic;
 mod qwen3_coder;
 
@@ -44,10 +46,11 @@ pub trait ToolParser: Send + Sync {
     /// The calls begun in an unfinished output (streaming): each one's name, and as much of
     /// its arguments text as is final (a prefix of what [`Self::extract`] will give).
     fn calls_so_far(&self, text: &str) -> Vec<ParsedCall>;
-    /// All a stream has sent of the calls once its text is `text`: by default the calls so far
-    /// and, at the end, the parsed calls (whose arguments extend what was sent).
-    fn streamed_calls(&self, text: &str, finished: bool) -> Vec<ParsedCall> {
-        if finished { self.extract(text).calls } else { self.calls_so_far(text) }
+    /// All a stream has sent of the calls once its text is `text`. vLLM's streaming parsers
+    /// end with what they have sent (the calls so far, even one the whole parse would refuse);
+    /// a format whose last part is only known at the end takes the whole parse then.
+    fn streamed_calls(&self, text: &str, _finished: bool) -> Vec<ParsedCall> {
+        self.calls_so_far(text)
     }
     /// The id a streamed call gets (vLLM's parsers differ: most `chatcmpl-tool-<hex>`).
     fn stream_call_id(&self) -> String {
@@ -122,6 +125,11 @@ fn call_from_object(v: &serde_json::Value, args_keys: &[&str]) -> Option<ParsedC
 /// JSON values one after another from the start of `text` (as Python's `raw_decode` in a loop),
 /// with `separator` allowed between them; stops at the first thing that is not one.
 fn json_values(text: &str, separator: char) -> Vec<serde_json::Value> {
+    json_values_and_rest(text, separator).0
+}
+
+/// [`json_values`], and the text after the last one.
+fn json_values_and_rest(text: &str, separator: char) -> (Vec<serde_json::Value>, &str) {
     let mut out = Vec::new();
     let mut rest = text.trim_start();
     while !rest.is_empty() {
@@ -135,6 +143,26 @@ fn json_values(text: &str, separator: char) -> Vec<serde_json::Value> {
             _ => break,
         }
     }
+    (out, rest)
+}
+
+/// The calls of a run of call objects separated by `separator` (streaming): each complete one,
+/// then the unfinished one with the final part of its arguments (see [`partial_json`]).
+fn json_calls_so_far(text: &str, separator: char, args_keys: &[&str]) -> Vec<ParsedCall> {
+    let (values, rest) = json_values_and_rest(text, separator);
+    let mut out = Vec::new();
+    for v in &values {
+        match call_from_object(v, args_keys) {
+            Some(c) => out.push(c),
+            // No arguments: its name was streamed all the same (as vLLM does), and it ends there.
+            None => {
+                let name = v.get("name").and_then(serde_json::Value::as_str);
+                out.extend(name.map(|n| ParsedCall { name: n.to_string(), arguments: String::new() }));
+                return out;
+            }
+        }
+    }
+    out.extend(partial_json::partial_call(rest, args_keys).map(|(name, arguments)| ParsedCall { name, arguments }));
     out
 }
 

@@ -20,6 +20,11 @@ impl ToolParser for Pythonic {
         }
     }
 
+    /// At the end the whole parse (the list must be the whole output).
+    fn streamed_calls(&self, text: &str, finished: bool) -> Vec<ParsedCall> {
+        if finished { self.extract(text).calls } else { self.calls_so_far(text) }
+    }
+
     fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         let at = text.find('[').unwrap_or(0);
         calls(text[at..].trim()).unwrap_or_default()

@@ -180,6 +180,12 @@ impl ToolParser for Qwen3Coder {
         out
     }
 
+    /// At the end the whole parse: a value cut short ends with the text, and a bare
+    /// `<function=...>` counts.
+    fn streamed_calls(&self, text: &str, finished: bool) -> Vec<ParsedCall> {
+        if finished { self.extract(text).calls } else { self.calls_so_far(text) }
+    }
+
     fn stream_call_id(&self) -> String {
         format!("call_{:024x}", rand::random::<u128>() >> 32)
     }

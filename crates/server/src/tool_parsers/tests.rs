@@ -58,6 +58,7 @@ fn json_format_cases() -> Vec<Case> {
             vec![call("f", r#"{"n": 3}"#)],
         ),
         ("llama3_json", "No tools needed.", Some("No tools needed."), vec![]),
+        (LLAMA_CUT.0, LLAMA_CUT.1, Some(LLAMA_CUT.1), vec![]),
         (
             "mistral",
             "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
@@ -152,6 +153,10 @@ fn stream(parser: Box<dyn ToolParser>, pieces: &[&str]) -> (String, Vec<ParsedCa
 const DEEPSEEK_CUT: (&str, &str) =
     ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"x\": 1");
 
+/// Llama cut short inside its arguments: no call in the whole parse, but a stream has sent the
+/// name and the arguments' final part.
+const LLAMA_CUT: (&str, &str) = ("llama3_json", "{\"name\": \"f\", \"parameters\": {\"x\": \"a\\u00e9b");
+
 /// A call type other than `function`: vLLM's response model refuses it, all is content.
 const DEEPSEEK_CODE: (&str, &str) = (
     "deepseek_v3",
@@ -159,7 +164,7 @@ const DEEPSEEK_CODE: (&str, &str) = (
 );
 
 /// What vLLM's stream sends where it is not the whole parse: hermes streams the arguments'
-/// raw text (spacing as the model wrote it), and hermes and deepseek_v3 send a call's name and
+/// raw text (spacing as the model wrote it), and the streaming parsers send a call's name and
 /// arguments before the call is known to parse. (parser, text, content, calls).
 fn streams_differ() -> Vec<(&'static str, &'static str, &'static str, Vec<ParsedCall>)> {
     vec![
@@ -172,6 +177,8 @@ fn streams_differ() -> Vec<(&'static str, &'static str, &'static str, Vec<Parsed
         ("hermes", "<tool_call>\n{\"name\": \"f\", \"argu", "", vec![call("f", "")]),
         (DEEPSEEK_CUT.0, DEEPSEEK_CUT.1, "", vec![call("f", r#"{"x": 1"#)]),
         (DEEPSEEK_CODE.0, DEEPSEEK_CODE.1, "", vec![call("f", "{}")]),
+        ("granite", "[{\"name\": \"f\"}]", "", vec![call("f", "")]),
+        (LLAMA_CUT.0, LLAMA_CUT.1, "", vec![call("f", r#"{"x": "aéb"#)]),
     ]
 }
 
@@ -220,6 +227,35 @@ fn hermes_streams_arguments_as_they_are_written() {
     assert_eq!(calls, vec![call("write", r#"{"code": "if a { b }", "n": 2}"#)]);
     assert!(fragments[0].len() > 10, "the arguments arrive piece by piece: {:?}", fragments[0]);
     assert_eq!(fragments[0][0], "{", "{:?}", fragments[0]);
+}
+
+#[test]
+fn json_formats_stream_the_final_part_of_the_arguments() {
+    for (name, text, want) in [
+        (
+            "llama3_json",
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Oslo\",\"days\":3}}",
+            r#"{"city": "Oslo", "days": 3}"#,
+        ),
+        ("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\", \"days\": 2}", r#"{"city": "Rome", "days": 2}"#),
+        (
+            "mistral",
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
+            r#"{"city": "Rome"}"#,
+        ),
+        (
+            "granite",
+            "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Boston\"}}]",
+            r#"{"city": "Boston"}"#,
+        ),
+    ] {
+        let chars: Vec<String> = text.chars().map(String::from).collect();
+        let pieces: Vec<&str> = chars.iter().map(String::as_str).collect();
+        let (_, calls, fragments) = stream(by_name(name, &[]).unwrap(), &pieces);
+        assert_eq!(calls, vec![call("get_weather", want)], "{name}");
+        assert!(fragments[0].len() >= 8, "{name}: arguments piece by piece: {:?}", fragments[0]);
+        assert_eq!(fragments[0][0], "{", "{name}: {:?}", fragments[0]);
+    }
 }
 
 #[test]
