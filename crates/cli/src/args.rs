@@ -132,7 +132,7 @@ pub struct ToolArgs {
     #[arg(long, value_name = "PATH")]
     pub tool_parser_plugin: Option<String>,
 
-    /// Split the model's thinking into `reasoning`: qwen3, deepseek_r1.
+    /// Split the model's thinking into `reasoning`: qwen3, deepseek_r1, granite.
     #[arg(long, value_name = "NAME")]
     pub reasoning_parser: Option<String>,
 

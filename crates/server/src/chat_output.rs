@@ -89,7 +89,7 @@ impl OutputPlan {
             _ => StreamTools::Plain,
         };
         ChoiceStream {
-            reasoning: self.reasoning.map(|(_, at_start)| ReasoningStream::new(at_start)),
+            reasoning: self.reasoning.map(|(p, at_start)| p.stream(at_start)),
             include_reasoning: self.include_reasoning,
             tools,
             called: false,
@@ -277,6 +277,18 @@ mod tests {
         for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
             let (_, c, calls) = streamed(&p, text, at);
             assert_eq!((c.as_str(), calls), ("Adding.\n", vec![("add".to_string(), r#"{"a": "1"}"#.to_string())]));
+        }
+    }
+
+    #[test]
+    fn granite_reasoning_then_content_streams_as_the_whole_message() {
+        let p = OutputPlan { reasoning: Some((ReasoningParser::Granite, false)), ..plan(json!("none")) };
+        let text = "Here is my thought process: add them.\nHere is my response: 3";
+        let m = p.message(text);
+        assert_eq!((m.reasoning.as_deref(), m.content.as_deref()), (Some(" add them.\n"), Some(" 3")));
+        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (r, c, _) = streamed(&p, text, at);
+            assert_eq!((r.as_str(), c.as_str()), (" add them.\n", " 3"), "split at {at}");
         }
     }
 

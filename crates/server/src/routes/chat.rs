@@ -197,11 +197,12 @@ fn constrain(
         ));
     }
     let reasoning = model.reasoning.map(|(p, t)| (p, p.starts_thinking(prompt, t)));
-    plan.set_thinking_budget(typed::<ReasoningFields>(obj)?.budget(model.reasoning.map(|(_, t)| t), prompt)?);
+    let think = model.reasoning.and_then(|(_, t)| t);
+    plan.set_thinking_budget(typed::<ReasoningFields>(obj)?.budget(think, prompt)?);
     if let Some((spec, param)) = tool_spec.map(|s| (s, "tools")).or(requested) {
         let grammar = structured::compile(model, &spec, param)?;
         // As vLLM: the grammar applies once the reasoning has ended.
-        let after = model.reasoning.and_then(|(_, t)| (!reasoning_ended(prompt, t)).then_some(t.end));
+        let after = think.and_then(|t| (!reasoning_ended(prompt, t)).then_some(t.end));
         plan.set_grammar(grammar, after);
     }
     Ok(OutputPlan { reasoning, include_reasoning: true, tools, auto_parser: state.config.auto_tool_parser.clone() })

@@ -5,9 +5,9 @@
 //! its arguments in fragments as they become final (`hermes`, `deepseek_v3`: the raw text as
 //! it is written; `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`,
 //! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: a call's
-//! arguments once the call is complete). A stream's calls are
-//! the non-streaming response's calls (`hermes`: the same JSON values in the model's own
-//! spacing; where vLLM's stream sends a call the whole parse then rejects, so does this one).
+//! arguments once the call is complete). A stream's calls are the non-streaming response's
+//! calls (`hermes`: the same JSON values in the model's own spacing; where vLLM's stream sends
+//! a call the whole parse then rejects, so does this one).
 
 mod deepseek_v3;
 mod granite;
@@ -267,7 +267,7 @@ impl ToolStream {
 }
 
 /// The longest suffix of `text` that is a proper prefix of `marker`.
-fn partial_marker_len(text: &str, marker: &str) -> usize {
+pub(crate) fn partial_marker_len(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
         .find(|&n| text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..]))
