@@ -27,6 +27,20 @@ pub enum GrammarSpec {
     Choice(Vec<String>),
     /// A Lark grammar (llguidance's dialect, which also reads plain EBNF-style Lark).
     Lark(String),
+    /// vLLM's structural tag (`structures` and `triggers`): free text, except that each
+    /// trigger must go on into one of the structures whose `begin` starts with it.
+    StructuralTag {
+        structures: Vec<TagStructure>,
+        triggers: Vec<String>,
+    },
+}
+
+/// One structure of a structural tag: `begin`, then JSON following `schema`, then `end`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TagStructure {
+    pub begin: String,
+    pub schema: Value,
+    pub end: String,
 }
 
 /// The vocabulary as llguidance sees it, and the grammar compiler built on it. One per model.
@@ -71,6 +85,9 @@ impl GrammarCompiler {
             GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             GrammarSpec::Choice(choices) => TopLevelGrammar::from_lark(choice_grammar(choices)?),
             GrammarSpec::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+            GrammarSpec::StructuralTag { structures, triggers } => {
+                TopLevelGrammar::from_lark(structural_tag_grammar(structures, triggers)?)
+            }
         };
         let parser = self.factory.create_parser(grammar).map_err(|e| e.to_string())?;
         let mut matcher = Matcher::new(Ok(parser));
@@ -106,6 +123,42 @@ fn choice_grammar(choices: &[String]) -> Result<String, String> {
     }
     let alts: Vec<String> = choices.iter().map(|c| serde_json::to_string(c).expect("a string serializes")).collect();
     Ok(format!("start: {}", alts.join(" | ")))
+}
+
+/// A structural tag as Lark: text without any trigger, or such text up to a trigger (lazily:
+/// the first one) followed by the rest of a structure that begins with it, any number of times.
+fn structural_tag_grammar(structures: &[TagStructure], triggers: &[String]) -> Result<String, String> {
+    let lit = |s: &str| serde_json::to_string(s).expect("a string serializes");
+    if triggers.is_empty() {
+        return Err("a structural tag needs at least one trigger".into());
+    }
+    if let Some(s) = structures.iter().find(|s| !triggers.iter().any(|t| s.begin.starts_with(t.as_str()))) {
+        return Err(format!("the structure beginning {:?} starts with none of the triggers", s.begin));
+    }
+    let any_trigger: Vec<String> = triggers.iter().map(|t| lit(t)).collect();
+    let mut g = format!("start: seg* FREE\nFREE: /(?s:.*)/ & ~(/(?s:.*)/ ({}) /(?s:.*)/)\n", any_trigger.join(" | "));
+    let mut segs = Vec::new();
+    for (i, t) in triggers.iter().enumerate() {
+        let tags: Vec<String> = structures
+            .iter()
+            .filter(|s| s.begin.starts_with(t.as_str()))
+            .map(|s| {
+                let schema = match &s.schema {
+                    Value::Object(_) => flexible_whitespace(s.schema.clone()),
+                    _ => flexible_whitespace(serde_json::json!({})),
+                };
+                let around = |x: &str| if x.is_empty() { String::new() } else { lit(x) };
+                format!("{} %json {schema} {}", around(&s.begin[t.len()..]), around(&s.end))
+            })
+            .collect();
+        if tags.is_empty() {
+            return Err(format!("the trigger {t:?} begins none of the structures"));
+        }
+        g.push_str(&format!("text_{i}[lazy]: FREE {}\ntag_{i}: {}\n", lit(t), tags.join(" | ")));
+        segs.push(format!("text_{i} tag_{i}"));
+    }
+    g.push_str(&format!("seg: {}\n", segs.join(" | ")));
+    Ok(g)
 }
 
 /// Each token's bytes, read from a `tokenizer.json` (byte-level BPE or SentencePiece-style
@@ -416,6 +469,30 @@ mod tests {
         assert_eq!(allowed(&mut s, width), vec![end]);
         s.accept(end);
         assert_eq!(allowed(&mut s, width).len(), 10, "after the forced end: one digit");
+    }
+
+    #[test]
+    fn a_structural_tag_leaves_text_free_and_holds_each_triggered_structure() {
+        let (c, words) = compiler();
+        let tag = |begin: &str, end: &str| TagStructure {
+            begin: begin.into(),
+            schema: serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                "required": ["a"], "additionalProperties": false}),
+            end: end.into(),
+        };
+        let spec = GrammarSpec::StructuralTag {
+            structures: vec![tag("<f=w>", "</f>"), tag("<f=v>", "</f>")],
+            triggers: vec!["<f=".into()],
+        };
+        let (s, ended) = decode(&c, &words, &spec, b"hi <f=w>{\"a\":1}</f> bye");
+        assert_eq!((s.as_str(), ended), ("hi <f=w>{\"a\":1}</f> bye", true));
+        let (s, _) = decode(&c, &words, &spec, b"plain text");
+        assert_eq!(s, "plain text", "no trigger: free text");
+        // After the trigger only a structure's begin; its JSON follows the schema.
+        let (s, _) = decode(&c, &words, &spec, b"a <f=x>{\"b\":2}</f>");
+        assert!(s.starts_with("a <f=w>{\"a\"") || s.starts_with("a <f=v>{\"a\""), "{s:?}");
+        let bad = GrammarSpec::StructuralTag { structures: vec![tag("<g>", "</g>")], triggers: vec!["<f=".into()] };
+        assert!(c.compile(&bad).unwrap_err().contains("none of the triggers"));
     }
 
     #[test]
