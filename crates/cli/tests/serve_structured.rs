@@ -328,6 +328,8 @@ fn tool_and_reasoning_flags_are_checked_at_start() {
         (vec!["--reasoning-parser", "nope"], "--reasoning-parser"),
         // SmolLM2 has no <think> token: a reasoning parser cannot work on it.
         (vec!["--reasoning-parser", "qwen3"], "no <think> token"),
+        // Nor the <tool_call> tokens qwen3_coder's format is made of.
+        (vec!["--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"], "needs the <tool_call> token"),
     ] {
         let out = std::process::Command::new(bin)
             .args(["serve", model.to_str().unwrap(), "--port", "0", "--host", "127.0.0.1"])

@@ -104,6 +104,20 @@ pub fn by_name(name: &str, tools: &[Value]) -> Result<Box<dyn ToolParser>, Strin
     })
 }
 
+/// Checks, at start-up, that the model's tokenizer has the tokens parser `name` needs (vLLM's
+/// `qwen3_coder` and `deepseek_v3` refuse to start without their call markers as tokens).
+pub fn check_tokenizer(name: &str, has_token: impl Fn(&str) -> bool) -> Result<(), String> {
+    let needed: &[&str] = match name {
+        "qwen3_coder" => &["<tool_call>", "</tool_call>"],
+        "deepseek_v3" => &["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"],
+        _ => &[],
+    };
+    match needed.iter().find(|t| !has_token(t)) {
+        Some(t) => Err(format!("the {name} tool call parser needs the {t} token, which this model's tokenizer lacks")),
+        None => Ok(()),
+    }
+}
+
 /// A parsed call's arguments as vLLM writes them: `json.dumps` of the parsed object.
 fn normalized_arguments(value: &serde_json::Value) -> String {
     crate::tools::dumps(value)

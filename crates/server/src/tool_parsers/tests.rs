@@ -259,6 +259,15 @@ fn json_formats_stream_the_final_part_of_the_arguments() {
 }
 
 #[test]
+fn parsers_made_of_tokens_need_them_in_the_tokenizer() {
+    let qwen = |t: &str| ["<tool_call>", "</tool_call>"].contains(&t);
+    assert!(check_tokenizer("qwen3_coder", qwen).is_ok());
+    assert!(check_tokenizer("hermes", |_| false).is_ok(), "hermes reads plain text");
+    let e = check_tokenizer("deepseek_v3", qwen).unwrap_err();
+    assert!(e.contains("<｜tool▁calls▁begin｜>"), "{e}");
+}
+
+#[test]
 fn unknown_and_unimplemented_parsers_are_named() {
     let e = by_name("nope", &[]).err().unwrap();
     assert!(e.contains("unknown tool call parser") && e.contains("qwen3_coder"), "{e}");
