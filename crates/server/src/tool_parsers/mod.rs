@@ -44,7 +44,7 @@ pub trait ToolParser: Send + Sync {
     /// is content (a malformed call stays text, as vLLM returns it).
     fn extract(&self, text: &str) -> Extracted;
     /// The calls begun in an unfinished output (streaming): each one's name, and as much of
-    /// its arguments text as is final (a prefix of what [`Self::extract`] will give).
+    /// its arguments text as is final (later texts only extend it).
     fn calls_so_far(&self, text: &str) -> Vec<ParsedCall>;
     /// All a stream has sent of the calls once its text is `text`. vLLM's streaming parsers
     /// end with what they have sent (the calls so far, even one the whole parse would refuse);
