@@ -4,8 +4,8 @@
 //! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
 //! its arguments in fragments as they become final (`hermes`, `deepseek_v3`: the raw text as
 //! it is written; `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`,
-//! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: a call's
-//! arguments once the call is complete). A stream's calls are the non-streaming response's
+//! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: the calls,
+//! whole, once the list is closed). A stream's calls are the non-streaming response's
 //! calls (`hermes`: the same JSON values in the model's own spacing; where vLLM's stream sends
 //! a call the whole parse then rejects, so does this one).
 
