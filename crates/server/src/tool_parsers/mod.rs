@@ -4,8 +4,8 @@
 //! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
 //! its arguments in fragments as they become final (`hermes`, `deepseek_v3`: the raw text as
 //! it is written; `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`,
-//! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: the calls,
-//! whole, once the list is closed). A stream's calls are the non-streaming response's
+//! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: each call,
+//! whole, once it is closed). A stream's calls are the non-streaming response's
 //! calls (`hermes`: the same JSON values in the model's own spacing; where vLLM's stream sends
 //! a call the whole parse then rejects, so does this one).
 
@@ -48,7 +48,7 @@ pub trait ToolParser: Send + Sync {
     fn calls_so_far(&self, text: &str) -> Vec<ParsedCall>;
     /// All a stream has sent of the calls once its text is `text`. vLLM's streaming parsers
     /// end with what they have sent (the calls so far, even one the whole parse would refuse);
-    /// a format whose last part is only known at the end takes the whole parse then.
+    /// a format whose last part is only known at the end (`qwen3_coder`) takes the whole parse.
     fn streamed_calls(&self, text: &str, _finished: bool) -> Vec<ParsedCall> {
         self.calls_so_far(text)
     }

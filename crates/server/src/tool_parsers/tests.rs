@@ -83,6 +83,8 @@ fn json_format_cases() -> Vec<Case> {
         ),
         ("pythonic", "The weather is [unknown].", Some("The weather is [unknown]."), vec![]),
         ("pythonic", "[f(x='unclosed)]", Some("[f(x='unclosed)]"), vec![]),
+        ("pythonic", "Sure: [f()]", Some("Sure: [f()]"), vec![]),
+        (PYTHONIC_CUT.0, PYTHONIC_CUT.1, Some(PYTHONIC_CUT.1), vec![]),
         // DeepSeek-V3: the arguments as written (vLLM does not re-serialize them).
         (
             "deepseek_v3",
@@ -157,6 +159,10 @@ const DEEPSEEK_CUT: (&str, &str) =
 /// name and the arguments' final part.
 const LLAMA_CUT: (&str, &str) = ("llama3_json", "{\"name\": \"f\", \"parameters\": {\"x\": \"a\\u00e9b");
 
+/// Pythonic cut short in its second call: the whole parse has no calls, the stream has sent
+/// the first.
+const PYTHONIC_CUT: (&str, &str) = ("pythonic", "[get_weather(city='Oslo'), now(tz='CE");
+
 /// A call type other than `function`: vLLM's response model refuses it, all is content.
 const DEEPSEEK_CODE: (&str, &str) = (
     "deepseek_v3",
@@ -179,6 +185,7 @@ fn streams_differ() -> Vec<(&'static str, &'static str, &'static str, Vec<Parsed
         (DEEPSEEK_CODE.0, DEEPSEEK_CODE.1, "", vec![call("f", "{}")]),
         ("granite", "[{\"name\": \"f\"}]", "", vec![call("f", "")]),
         (LLAMA_CUT.0, LLAMA_CUT.1, "", vec![call("f", r#"{"x": "aéb"#)]),
+        (PYTHONIC_CUT.0, PYTHONIC_CUT.1, "", vec![call("get_weather", r#"{"city": "Oslo"}"#)]),
     ]
 }
 
