@@ -223,16 +223,16 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         let state = AppState::new(config);
         let engine_args = a.engine.clone();
         let name = served_model_names[0].clone();
-        let reasoning = a.tools.reasoning_parser.clone();
+        let tools = a.tools.clone();
         vllm_rs_server::serve(listener, state, move || {
-            load(model_arg, &engine_args, &name, reasoning.as_deref()).map_err(|e| format!("{e:#}"))
+            load(model_arg, &engine_args, &name, &tools).map_err(|e| format!("{e:#}"))
         })
         .await
         .map_err(anyhow::Error::msg)
     })
 }
 
-fn load(model: Option<String>, args: &EngineArgs, served_name: &str, reasoning: Option<&str>) -> Result<ModelContext> {
+fn load(model: Option<String>, args: &EngineArgs, served_name: &str, tools: &ToolArgs) -> Result<ModelContext> {
     // A testing aid: hold the model back so tests can see the server before it is ready.
     if let Some(ms) = std::env::var("VLLM_RS_SERVE_LOAD_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
         std::thread::sleep(Duration::from_millis(ms));
@@ -244,9 +244,13 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str, reasoning: 
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;
     let defaults = SamplingDefaults::from_generation_config(l.generation.as_ref());
-    let reasoning = reasoning
+    let reasoning = (tools.reasoning_parser.as_deref())
         .map(|n| ReasoningParser::by_name(n, &l.tokenizer).map_err(|e| anyhow::anyhow!("--reasoning-parser: {e}")))
         .transpose()?;
+    if let Some(p) = tools.tool_call_parser.as_deref() {
+        vllm_rs_server::tool_parsers::check_tokenizer(p, |t| l.tokenizer.token_to_id(t).is_some())
+            .map_err(|e| anyhow::anyhow!("--tool-call-parser: {e}"))?;
+    }
     if defaults != SamplingDefaults::default() {
         info!("default sampling parameters from the model's generation config: {defaults:?}");
     }

@@ -276,6 +276,8 @@ fn bad_inputs_are_400s_and_the_server_stays_healthy() {
         (json!({"tool_choice": "required"}), "tool_choice", "`tools` must be set"),
         (json!({"guided_json": {"type": "object"}}), "guided_json", "not supported"),
         (json!({"priority": 5}), "priority", "Priority scheduling is not enabled"),
+        (json!({"thinking_token_budget": 5}), "thinking_token_budget", "--reasoning-parser"),
+        (json!({"thinking_token_budget": 1.5}), "thinking_token_budget", "non-negative integer"),
     ] {
         let (status, body) = chat(extra.clone());
         assert_eq!(status, 400, "{extra}: {body}");
@@ -289,6 +291,30 @@ fn bad_inputs_are_400s_and_the_server_stays_healthy() {
     assert_eq!(s.get("/health").0, 200);
     let r = chat(json!({"structured_outputs": {"choice": ["ok"]}}));
     assert_eq!((r.0, r.1["choices"][0]["message"]["content"].as_str()), (200, Some("ok")));
+    let (status, body) = chat(json!({"response_format": {"type": "structural_tag", "format": {"type": "any_text"}}}));
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("response_format")), "{body}");
+
+    // A structural tag whose trigger is a space: the words are free, and every space goes on
+    // into `<n>digit</n>`.
+    let tag = json!({"type": "structural_tag", "triggers": [" "],
+        "structures": [{"begin": " <n>", "schema": {"type": "integer", "minimum": 0, "maximum": 9}, "end": "</n>"}]});
+    let (status, r) = chat(json!({"response_format": tag, "max_tokens": 40, "temperature": 0}));
+    assert_eq!(status, 200, "{r}");
+    let text = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let mut rest = text.as_str();
+    let mut structures = 0;
+    while let Some(i) = rest.find(' ') {
+        if " <n>".starts_with(&rest[i..]) {
+            break; // cut by max_tokens inside a begin
+        }
+        let tag =
+            rest[i..].strip_prefix(" <n>").unwrap_or_else(|| panic!("a space not starting a structure: {text:?}"));
+        let Some(end) = tag.find("</n>") else { break }; // or inside one
+        assert!(tag[..end].trim().parse::<u8>().is_ok_and(|d| d <= 9), "{text:?}");
+        structures += 1;
+        rest = &tag[end + 4..];
+    }
+    assert!(structures > 0, "the model wrote no space at all: {text:?}");
 }
 
 #[test]
@@ -302,6 +328,8 @@ fn tool_and_reasoning_flags_are_checked_at_start() {
         (vec!["--reasoning-parser", "nope"], "--reasoning-parser"),
         // SmolLM2 has no <think> token: a reasoning parser cannot work on it.
         (vec!["--reasoning-parser", "qwen3"], "no <think> token"),
+        // Nor the <tool_call> tokens qwen3_coder's format is made of.
+        (vec!["--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"], "needs the <tool_call> token"),
     ] {
         let out = std::process::Command::new(bin)
             .args(["serve", model.to_str().unwrap(), "--port", "0", "--host", "127.0.0.1"])

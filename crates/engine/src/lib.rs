@@ -21,7 +21,7 @@ pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
 pub use speculative::SpeculativeConfig;
 pub use stats::EngineStats;
-pub use structured_output::{Grammar, GrammarCompiler, GrammarSpec};
+pub use structured_output::{Grammar, GrammarCompiler, GrammarSpec, TagStructure, ThinkingBudget};
 pub use vllm_rs_core::{FinishReason, SchedulingPolicy};
 pub use vllm_rs_kernels::attention::KvDtype;
 pub use vllm_rs_models::pooling::{PoolingConfig, PoolingType, normalize};

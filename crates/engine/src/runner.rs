@@ -158,7 +158,8 @@ impl ModelRunner {
             Some(s) => ChaCha8Rng::seed_from_u64(s),
             None => ChaCha8Rng::from_rng(&mut rand::rng()),
         };
-        let grammar = params.grammar.as_ref().map(|g| g.start(params.grammar_after_token));
+        let grammar =
+            GrammarState::for_request(params.grammar.as_ref(), params.grammar_after_token, params.thinking_budget);
         let state = RequestState {
             grammar,
             params,

@@ -1,6 +1,6 @@
 //! Per-request sampling settings, with vLLM's names, defaults and validation messages.
 
-use crate::structured_output::Grammar;
+use crate::structured_output::{Grammar, ThinkingBudget};
 use thiserror::Error;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +32,8 @@ pub struct SamplingParams {
     pub grammar: Option<Grammar>,
     /// The grammar applies from after this token on (the end of the model's reasoning).
     pub grammar_after_token: Option<u32>,
+    /// `thinking_token_budget`: the end of thinking is forced once the budget is spent.
+    pub thinking_budget: Option<ThinkingBudget>,
 }
 
 impl Default for SamplingParams {
@@ -56,6 +58,7 @@ impl Default for SamplingParams {
             bad_words_token_ids: Vec::new(),
             grammar: None,
             grammar_after_token: None,
+            thinking_budget: None,
         }
     }
 }

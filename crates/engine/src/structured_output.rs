@@ -4,6 +4,10 @@
 //! anything else, so raw logprobs see it too).
 //!
 //! EOS (and every stop token id the request stops at) is allowed only where the grammar may end.
+//!
+//! The same per-sequence state carries vLLM's `thinking_token_budget`: once a sequence has
+//! thought that many tokens, the end-of-thinking token is forced (vLLM's
+//! `ThinkingTokenBudgetLogitsProcessor`).
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
@@ -23,6 +27,20 @@ pub enum GrammarSpec {
     Choice(Vec<String>),
     /// A Lark grammar (llguidance's dialect, which also reads plain EBNF-style Lark).
     Lark(String),
+    /// vLLM's structural tag (`structures` and `triggers`): free text, except that each
+    /// trigger must go on into one of the structures whose `begin` starts with it.
+    StructuralTag {
+        structures: Vec<TagStructure>,
+        triggers: Vec<String>,
+    },
+}
+
+/// One structure of a structural tag: `begin`, then JSON following `schema`, then `end`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TagStructure {
+    pub begin: String,
+    pub schema: Value,
+    pub end: String,
 }
 
 /// The vocabulary as llguidance sees it, and the grammar compiler built on it. One per model.
@@ -67,6 +85,9 @@ impl GrammarCompiler {
             GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             GrammarSpec::Choice(choices) => TopLevelGrammar::from_lark(choice_grammar(choices)?),
             GrammarSpec::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+            GrammarSpec::StructuralTag { structures, triggers } => {
+                TopLevelGrammar::from_lark(structural_tag_grammar(structures, triggers)?)
+            }
         };
         let parser = self.factory.create_parser(grammar).map_err(|e| e.to_string())?;
         let mut matcher = Matcher::new(Ok(parser));
@@ -104,6 +125,42 @@ fn choice_grammar(choices: &[String]) -> Result<String, String> {
     Ok(format!("start: {}", alts.join(" | ")))
 }
 
+/// A structural tag as Lark: text without any trigger, or such text up to a trigger (lazily:
+/// the first one) followed by the rest of a structure that begins with it, any number of times.
+fn structural_tag_grammar(structures: &[TagStructure], triggers: &[String]) -> Result<String, String> {
+    let lit = |s: &str| serde_json::to_string(s).expect("a string serializes");
+    if triggers.is_empty() {
+        return Err("a structural tag needs at least one trigger".into());
+    }
+    if let Some(s) = structures.iter().find(|s| !triggers.iter().any(|t| s.begin.starts_with(t.as_str()))) {
+        return Err(format!("the structure beginning {:?} starts with none of the triggers", s.begin));
+    }
+    let any_trigger: Vec<String> = triggers.iter().map(|t| lit(t)).collect();
+    let mut g = format!("start: seg* FREE\nFREE: /(?s:.*)/ & ~(/(?s:.*)/ ({}) /(?s:.*)/)\n", any_trigger.join(" | "));
+    let mut segs = Vec::new();
+    for (i, t) in triggers.iter().enumerate() {
+        let tags: Vec<String> = structures
+            .iter()
+            .filter(|s| s.begin.starts_with(t.as_str()))
+            .map(|s| {
+                let schema = match &s.schema {
+                    Value::Object(_) => flexible_whitespace(s.schema.clone()),
+                    _ => flexible_whitespace(serde_json::json!({})),
+                };
+                let around = |x: &str| if x.is_empty() { String::new() } else { lit(x) };
+                format!("{} %json {schema} {}", around(&s.begin[t.len()..]), around(&s.end))
+            })
+            .collect();
+        if tags.is_empty() {
+            return Err(format!("the trigger {t:?} begins none of the structures"));
+        }
+        g.push_str(&format!("text_{i}[lazy]: FREE {}\ntag_{i}: {}\n", lit(t), tags.join(" | ")));
+        segs.push(format!("text_{i} tag_{i}"));
+    }
+    g.push_str(&format!("seg: {}\n", segs.join(" | ")));
+    Ok(g)
+}
+
 /// Each token's bytes, read from a `tokenizer.json` (byte-level BPE or SentencePiece-style
 /// with byte fallback).
 pub fn token_bytes_from_tokenizer_json(json: &Value) -> Result<Vec<Vec<u8>>, String> {
@@ -122,7 +179,53 @@ impl Grammar {
     /// is free until that token (the end of the model's reasoning), and the grammar applies to
     /// what follows it, as vLLM applies structured output after reasoning ends.
     pub fn start(&self, after: Option<u32>) -> GrammarState {
-        GrammarState { matcher: self.0.deep_clone(), failed: false, waiting_for: after }
+        GrammarState { matcher: Some(self.0.deep_clone()), failed: false, waiting_for: after, thinking: None }
+    }
+}
+
+/// `thinking_token_budget`: at most `budget` tokens inside a `start` ... `end` thinking block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThinkingBudget {
+    pub budget: usize,
+    pub start: u32,
+    pub end: u32,
+    /// The prompt leaves the output inside a block (it ends after a `start` with no `end`).
+    pub in_think: bool,
+    /// Prompt tokens after that open block's `start` (they count, as in vLLM).
+    pub counted: usize,
+}
+
+/// Where a sequence is in its thinking.
+#[derive(Debug)]
+struct Thinking {
+    limit: ThinkingBudget,
+    in_think: bool,
+    count: usize,
+    /// The budget is spent: the next token is `end`.
+    forcing: bool,
+}
+
+impl Thinking {
+    fn new(limit: ThinkingBudget) -> Self {
+        // A zero budget with the prompt inside the block forces the end at once (vLLM).
+        Thinking { limit, in_think: limit.in_think, count: limit.counted, forcing: limit.in_think && limit.budget == 0 }
+    }
+
+    /// vLLM's update after each output token: a `start` opens a block, an `end` closes it,
+    /// a token inside counts; reaching the budget forces the end next.
+    fn accept(&mut self, token: u32) {
+        if token == self.limit.start {
+            (self.in_think, self.count) = (true, 0);
+        } else if token == self.limit.end {
+            (self.in_think, self.count) = (false, 0);
+        } else if self.in_think {
+            self.count += 1;
+        }
+        if self.forcing {
+            self.forcing = false; // the (one-token) end sequence is out
+        } else if self.in_think && self.count >= self.limit.budget {
+            (self.in_think, self.forcing) = (false, true);
+        }
     }
 }
 
@@ -139,22 +242,47 @@ impl PartialEq for Grammar {
     }
 }
 
-/// One sequence's position in its grammar.
+/// One sequence's position in its grammar, and in its thinking budget.
 pub struct GrammarState {
-    matcher: Matcher,
+    /// `None`: no grammar, only a thinking budget.
+    matcher: Option<Matcher>,
     /// The matcher hit an internal error: the rest is unconstrained, and says so in the log once.
     failed: bool,
     /// Not constrained until this token has been generated.
     waiting_for: Option<u32>,
+    thinking: Option<Thinking>,
 }
 
 impl GrammarState {
-    /// Sets every logit the grammar does not allow next to -inf.
+    /// The state a sequence's sampling needs: its grammar (applying after `after`, see
+    /// [`Grammar::start`]) and its thinking budget; `None` when it has neither.
+    pub fn for_request(grammar: Option<&Grammar>, after: Option<u32>, budget: Option<ThinkingBudget>) -> Option<Self> {
+        let mut state = match grammar {
+            Some(g) => g.start(after),
+            None if budget.is_some() => {
+                GrammarState { matcher: None, failed: false, waiting_for: None, thinking: None }
+            }
+            None => return None,
+        };
+        state.thinking = budget.map(Thinking::new);
+        Some(state)
+    }
+
+    /// Sets every logit the grammar does not allow next to -inf (all but the end of thinking
+    /// when the thinking budget is spent).
     pub fn apply_mask(&mut self, logits: &mut [f32]) {
+        if let Some(t) = self.thinking.as_ref().filter(|t| t.forcing) {
+            let end = t.limit.end as usize;
+            for (i, v) in logits.iter_mut().enumerate() {
+                *v = if i == end { 0.0 } else { f32::NEG_INFINITY };
+            }
+            return;
+        }
         if self.failed || self.waiting_for.is_some() {
             return;
         }
-        match self.matcher.compute_mask_or_eos() {
+        let Some(matcher) = &mut self.matcher else { return };
+        match matcher.compute_mask_or_eos() {
             Ok(mask) => mask_logits(&mask, logits),
             Err(e) => self.fail(&e.to_string()),
         }
@@ -162,16 +290,20 @@ impl GrammarState {
 
     /// Advances past an accepted token.
     pub fn accept(&mut self, token: u32) {
+        if let Some(t) = &mut self.thinking {
+            t.accept(token);
+        }
         if let Some(end) = self.waiting_for {
             if token == end {
                 self.waiting_for = None;
             }
             return;
         }
-        if self.failed || self.matcher.is_stopped() {
+        let Some(matcher) = &mut self.matcher else { return };
+        if self.failed || matcher.is_stopped() {
             return;
         }
-        if let Err(e) = self.matcher.consume_token(token) {
+        if let Err(e) = matcher.consume_token(token) {
             self.fail(&e.to_string());
         }
     }
@@ -291,6 +423,76 @@ mod tests {
         state.accept(b'a' as u32);
         state.accept(b'!' as u32);
         assert_eq!(free(&mut state), 10, "after the end marker: one digit");
+    }
+
+    /// The allowed tokens after a mask.
+    fn allowed(s: &mut GrammarState, width: usize) -> Vec<u32> {
+        let mut l = vec![0.0f32; width];
+        s.apply_mask(&mut l);
+        (0..width as u32).filter(|&i| l[i as usize].is_finite()).collect()
+    }
+
+    #[test]
+    fn a_spent_thinking_budget_forces_the_end_of_thinking() {
+        let limit = ThinkingBudget { budget: 3, start: 1, end: 2, in_think: false, counted: 0 };
+        let mut s = GrammarState::for_request(None, None, Some(limit)).unwrap();
+        assert_eq!(allowed(&mut s, 8).len(), 8, "not thinking yet: free");
+        for t in [1, 5, 6] {
+            s.accept(t);
+            assert_eq!(allowed(&mut s, 8).len(), 8);
+        }
+        s.accept(7); // the third thinking token
+        assert_eq!(allowed(&mut s, 8), vec![2], "budget spent: </think> next");
+        s.accept(2);
+        assert_eq!(allowed(&mut s, 8).len(), 8, "after the end: free again");
+        // The prompt opened the block: its tokens after <think> count; budget 0 forces at once.
+        let open = ThinkingBudget { budget: 2, in_think: true, counted: 1, ..limit };
+        let mut s = GrammarState::for_request(None, None, Some(open)).unwrap();
+        s.accept(5);
+        assert_eq!(allowed(&mut s, 8), vec![2]);
+        let zero = ThinkingBudget { budget: 0, in_think: true, counted: 1, ..limit };
+        assert_eq!(allowed(&mut GrammarState::for_request(None, None, Some(zero)).unwrap(), 8), vec![2]);
+        assert!(GrammarState::for_request(None, None, None).is_none());
+    }
+
+    #[test]
+    fn the_budget_ends_thinking_and_the_grammar_follows() {
+        let (c, words) = compiler();
+        let end = b'!' as u32;
+        let limit = ThinkingBudget { budget: 2, start: b'<' as u32, end, in_think: true, counted: 0 };
+        let grammar = c.compile(&GrammarSpec::Regex("[0-9]".into())).unwrap();
+        let mut s = GrammarState::for_request(Some(&grammar), Some(end), Some(limit)).unwrap();
+        let width = words.len() + 3;
+        s.accept(b'a' as u32);
+        assert_eq!(allowed(&mut s, width).len(), width, "thinking: unconstrained");
+        s.accept(b'b' as u32);
+        assert_eq!(allowed(&mut s, width), vec![end]);
+        s.accept(end);
+        assert_eq!(allowed(&mut s, width).len(), 10, "after the forced end: one digit");
+    }
+
+    #[test]
+    fn a_structural_tag_leaves_text_free_and_holds_each_triggered_structure() {
+        let (c, words) = compiler();
+        let tag = |begin: &str, end: &str| TagStructure {
+            begin: begin.into(),
+            schema: serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                "required": ["a"], "additionalProperties": false}),
+            end: end.into(),
+        };
+        let spec = GrammarSpec::StructuralTag {
+            structures: vec![tag("<f=w>", "</f>"), tag("<f=v>", "</f>")],
+            triggers: vec!["<f=".into()],
+        };
+        let (s, ended) = decode(&c, &words, &spec, b"hi <f=w>{\"a\":1}</f> bye");
+        assert_eq!((s.as_str(), ended), ("hi <f=w>{\"a\":1}</f> bye", true));
+        let (s, _) = decode(&c, &words, &spec, b"plain text");
+        assert_eq!(s, "plain text", "no trigger: free text");
+        // After the trigger only a structure's begin; its JSON follows the schema.
+        let (s, _) = decode(&c, &words, &spec, b"a <f=x>{\"b\":2}</f>");
+        assert!(s.starts_with("a <f=w>{\"a\"") || s.starts_with("a <f=v>{\"a\""), "{s:?}");
+        let bad = GrammarSpec::StructuralTag { structures: vec![tag("<g>", "</g>")], triggers: vec!["<f=".into()] };
+        assert!(c.compile(&bad).unwrap_err().contains("none of the triggers"));
     }
 
     #[test]

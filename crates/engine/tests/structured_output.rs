@@ -103,3 +103,47 @@ fn constrained_outputs_follow_the_grammar_in_any_batch() {
         assert_eq!(a.token_ids, b.token_ids, "{}", b.request_id);
     }
 }
+
+/// `thinking_token_budget` on a real model: with the prompt inside a thinking block, the end
+/// marker is forced right after `budget` thinking tokens (vLLM's count), where the model would
+/// have written something else; a grammar waiting for that marker applies from there.
+#[test]
+fn a_thinking_budget_forces_the_end_marker() {
+    let vocab = vocab();
+    let id = |s: &str| vocab.iter().position(|b| b == s.as_bytes()).unwrap() as u32;
+    let (start, end) = (id("<"), id("!"));
+    let mut prompt = prompts(&vocab)[1].clone();
+    prompt.push(start);
+    let budget = ThinkingBudget { budget: 4, start, end, in_think: true, counted: 0 };
+    let run = |params: SamplingParams| {
+        let req = EngineRequest {
+            request_id: "t".into(),
+            prompt_token_ids: prompt.clone(),
+            params,
+            priority: 0,
+            cache_salt: None,
+        };
+        core(|_| {}).generate(vec![req]).unwrap().remove(0).token_ids
+    };
+    let free = run(SamplingParams { max_tokens: 12, ..SamplingParams::greedy() });
+    let capped = run(SamplingParams { max_tokens: 12, thinking_budget: Some(budget), ..SamplingParams::greedy() });
+    assert_eq!(capped[..4], free[..4], "within the budget the output is the model's");
+    assert_ne!(free[4], end, "the model would not have ended its thinking here");
+    assert_eq!(capped[4], end, "the fifth token is the forced end: {capped:?}");
+
+    let compiler = GrammarCompiler::new(vocab.clone(), core(|_| {}).model().info().vocab_size, &[EOS]).unwrap();
+    let digits = compiler.compile(&GrammarSpec::Regex("[0-9]{3}".into())).unwrap();
+    let out = run(SamplingParams {
+        max_tokens: 12,
+        thinking_budget: Some(budget),
+        grammar: Some(digits),
+        grammar_after_token: Some(end),
+        ..SamplingParams::greedy()
+    });
+    assert_eq!(out[4], end);
+    assert_eq!(
+        text(&vocab, &out[5..]),
+        text(&vocab, &out[5..]).chars().filter(char::is_ascii_digit).collect::<String>()
+    );
+    assert_eq!(out.last(), Some(&EOS), "{:?}", text(&vocab, &out[5..]));
+}

@@ -3,7 +3,7 @@
 //! the rest content — for a whole response, or delta by delta for a stream.
 
 use crate::reasoning::{ReasoningParser, ReasoningStream};
-use crate::tool_parsers::{self, ToolStream};
+use crate::tool_parsers::{self, CallDelta, ToolParser, ToolStream};
 use crate::tools::{ToolCall, ToolChoice, ToolSetup, tool_call_id};
 use serde_json::{Value, json};
 
@@ -28,6 +28,12 @@ pub struct Message {
 }
 
 impl OutputPlan {
+    /// The `auto` parser for this request's tools (checked at start-up, so known).
+    fn auto_parser(&self) -> Option<Box<dyn ToolParser>> {
+        let tools = self.tools.as_ref().map_or(&[][..], |t| t.tools.as_slice());
+        self.auto_parser.as_deref().and_then(|n| tool_parsers::by_name(n, tools).ok())
+    }
+
     fn choice(&self) -> &ToolChoice {
         self.tools.as_ref().map_or(&ToolChoice::None, |t| &t.choice)
     }
@@ -45,7 +51,7 @@ impl OutputPlan {
                 Some(calls) => (Some(String::new()), calls),
                 None => (answer, Vec::new()), // cut short (length): the text as it is
             },
-            (ToolChoice::Auto, _) => match self.auto_parser.as_deref().and_then(|n| tool_parsers::by_name(n).ok()) {
+            (ToolChoice::Auto, _) => match self.auto_parser() {
                 Some(p) => {
                     let e = p.extract(answer_text);
                     let calls: Vec<ToolCall> =
@@ -74,7 +80,7 @@ impl OutputPlan {
     /// A choice's stream state.
     pub fn stream(&self) -> ChoiceStream {
         let tools = match (self.choice(), &self.tools) {
-            (ToolChoice::Auto, _) => match self.auto_parser.as_deref().and_then(|n| tool_parsers::by_name(n).ok()) {
+            (ToolChoice::Auto, _) => match self.auto_parser() {
                 Some(p) => StreamTools::Auto(ToolStream::new(p)),
                 None => StreamTools::Plain,
             },
@@ -83,7 +89,7 @@ impl OutputPlan {
             _ => StreamTools::Plain,
         };
         ChoiceStream {
-            reasoning: self.reasoning.map(|(_, at_start)| ReasoningStream::new(at_start)),
+            reasoning: self.reasoning.map(|(p, at_start)| p.stream(at_start)),
             include_reasoning: self.include_reasoning,
             tools,
             called: false,
@@ -147,9 +153,7 @@ impl ChoiceStream {
             StreamTools::Auto(ts) => {
                 let d = ts.push(&answer, finished);
                 out.content = d.content;
-                for (index, call) in d.calls {
-                    out.tool_calls.extend(call_deltas(index, &call));
-                }
+                out.tool_calls.extend(d.calls.iter().map(call_delta_json));
             }
             StreamTools::Named { name, started } => {
                 if !*started && !answer.is_empty() {
@@ -179,7 +183,23 @@ impl ChoiceStream {
     }
 }
 
-/// A call as vLLM streams it: id, type and name first, then the arguments.
+/// A tool-call delta as vLLM writes it: `{"index", "id", "type", "function": {"name",
+/// "arguments"}}` the first time (no `arguments` when none are known yet), then
+/// `{"index", "function": {"arguments"}}`.
+fn call_delta_json(d: &CallDelta) -> Value {
+    match &d.header {
+        Some((id, name)) => {
+            let mut function = json!({"name": name});
+            if !d.arguments.is_empty() {
+                function["arguments"] = json!(d.arguments);
+            }
+            json!({"index": d.index, "id": id, "type": "function", "function": function})
+        }
+        None => json!({"index": d.index, "function": {"arguments": d.arguments}}),
+    }
+}
+
+/// A whole call as vLLM streams it: id, type and name first, then the arguments.
 fn call_deltas(index: usize, call: &ToolCall) -> [Value; 2] {
     [
         json!({"index": index, "id": call.id, "type": "function", "function": {"name": call.name}}),
@@ -213,7 +233,8 @@ mod tests {
                 let i = tc["index"].as_u64().unwrap() as usize;
                 if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str) {
                     assert_eq!(i, calls.len());
-                    assert!(tc["id"].as_str().unwrap().starts_with("chatcmpl-tool-"));
+                    let id = tc["id"].as_str().unwrap();
+                    assert!(id.starts_with("chatcmpl-tool-") || id.starts_with("call_"), "{id}");
                     calls.push((name.to_string(), String::new()));
                 }
                 calls[i].1 += tc.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("");
@@ -236,6 +257,38 @@ mod tests {
             let (r, c, calls) = streamed(&p, text, at);
             assert_eq!((r.as_str(), c.as_str()), ("need add", "\n\nOk."), "split at {at}");
             assert_eq!(calls, vec![("add".to_string(), r#"{"a": 1}"#.to_string())], "split at {at}");
+        }
+    }
+
+    #[test]
+    fn qwen3_coder_streams_name_with_brace_then_parameters() {
+        let p = OutputPlan { auto_parser: Some("qwen3_coder".into()), reasoning: None, ..plan(json!("auto")) };
+        let text = "Adding.\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>";
+        let m = p.message(text);
+        assert_eq!((m.content.as_deref(), m.tool_calls[0].arguments.as_str()), (Some("Adding.\n"), r#"{"a": "1"}"#));
+        let mut s = p.stream();
+        let first = s.push(&text[..text.find("<parameter").unwrap()], false);
+        assert_eq!(first.content, "Adding.\n");
+        let header = &first.tool_calls[0];
+        assert_eq!(header["function"], json!({"name": "add", "arguments": "{"}), "{header}");
+        assert_eq!((header["index"].clone(), header["type"].clone()), (json!(0), json!("function")));
+        let rest = s.push(&text[text.find("<parameter").unwrap()..], true);
+        assert_eq!(rest.tool_calls, vec![json!({"index": 0, "function": {"arguments": r#""a": "1"}"#}})]);
+        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (_, c, calls) = streamed(&p, text, at);
+            assert_eq!((c.as_str(), calls), ("Adding.\n", vec![("add".to_string(), r#"{"a": "1"}"#.to_string())]));
+        }
+    }
+
+    #[test]
+    fn granite_reasoning_then_content_streams_as_the_whole_message() {
+        let p = OutputPlan { reasoning: Some((ReasoningParser::Granite, false)), ..plan(json!("none")) };
+        let text = "Here is my thought process: add them.\nHere is my response: 3";
+        let m = p.message(text);
+        assert_eq!((m.reasoning.as_deref(), m.content.as_deref()), (Some(" add them.\n"), Some(" 3")));
+        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (r, c, _) = streamed(&p, text, at);
+            assert_eq!((r.as_str(), c.as_str()), (" add them.\n", " 3"), "split at {at}");
         }
     }
 

@@ -6,7 +6,7 @@ use crate::config::Limits;
 use crate::errors::{ApiError, ApiResult};
 use crate::protocol::sampling_fields::SamplingFields;
 use crate::state::{AppState, ModelContext};
-use vllm_rs_engine::{Grammar, SamplingParams, SchedulingPolicy};
+use vllm_rs_engine::{Grammar, SamplingParams, SchedulingPolicy, ThinkingBudget};
 use vllm_rs_frontend::{OutputOptions, Tokenizer};
 
 /// vLLM's `VLLM_MAX_N_SEQUENCES`.
@@ -195,6 +195,7 @@ impl RequestPlan {
             bad_words_token_ids,
             grammar: None,
             grammar_after_token: None,
+            thinking_budget: None,
         };
         // vLLM's SamplingParams checks (ranges), then its greedy rule for n.
         let mut probe = base.clone();
@@ -290,6 +291,11 @@ impl RequestPlan {
     pub fn set_grammar(&mut self, grammar: Grammar, after: Option<u32>) {
         self.base.grammar = Some(grammar);
         self.base.grammar_after_token = after;
+    }
+
+    /// `thinking_token_budget`: every sequence's thinking ends once the budget is spent.
+    pub fn set_thinking_budget(&mut self, budget: Option<ThinkingBudget>) {
+        self.base.thinking_budget = budget;
     }
 
     /// The `max_tokens` value the request asked for, for metrics (what it runs with otherwise).

@@ -74,8 +74,8 @@ pub struct ModelContext {
     /// `--seed`: requests without a seed get `seed + k` for the k-th sequence served.
     pub default_seed: Option<u64>,
     pub metrics: Metrics,
-    /// `--reasoning-parser`, with its marker tokens in this vocabulary.
-    pub reasoning: Option<(ReasoningParser, ThinkTokens)>,
+    /// `--reasoning-parser`, with its marker tokens in this vocabulary (none for `granite`).
+    pub reasoning: Option<(ReasoningParser, Option<ThinkTokens>)>,
     /// Structured output's view of the vocabulary, built on first use (it walks every token).
     pub grammar_compiler: OnceLock<Result<Arc<GrammarCompiler>, String>>,
 }

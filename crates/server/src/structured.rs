@@ -6,7 +6,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::state::ModelContext;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use vllm_rs_engine::{Grammar, GrammarSpec};
+use vllm_rs_engine::{Grammar, GrammarSpec, TagStructure};
 
 /// The structured-output fields of a generation request.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -64,10 +64,7 @@ fn response_format_spec(rf: &Value) -> ApiResult<Option<GrammarSpec>> {
             let schema = js.get("schema").or_else(|| js.get("json_schema")).cloned().unwrap_or(Value::Null);
             json_spec("response_format", schema).map(Some)
         }
-        "structural_tag" => Err(invalid(
-            "response_format",
-            "response_format type 'structural_tag' is not supported by this server (vllm-rs) yet.",
-        )),
+        "structural_tag" => structural_tag_spec("response_format", rf).map(Some),
         other => Err(ApiError::schema(
             "response_format.type",
             format!("response_format.type: Input should be 'text', 'json_object' or 'json_schema', got {other:?}"),
@@ -126,11 +123,50 @@ fn structured_outputs_spec(so: &Map<String, Value>) -> ApiResult<Option<GrammarS
                 .map_err(|_| invalid(P, "structured_outputs.choice must be a list of strings."))?;
             GrammarSpec::Choice(choices)
         }
+        // vLLM takes it as a JSON text.
         _ => {
-            return Err(invalid(P, "structured_outputs.structural_tag is not supported by this server (vllm-rs) yet."));
+            let tag = serde_json::from_str::<Value>(&text("structural_tag")?)
+                .map_err(|e| invalid(P, format!("structured_outputs.structural_tag is not valid JSON: {e}")))?;
+            structural_tag_spec(P, &tag)?
         }
     };
     Ok(Some(if flag("disable_any_whitespace") { compact_json(spec) } else { spec }))
+}
+
+/// A structural tag as vLLM's (legacy) form has it: `{"structures": [{"begin", "schema",
+/// "end"}], "triggers": [...]}`. The newer `format` form (xgrammar's own structural tags) is
+/// refused: llguidance is the backend here.
+fn structural_tag_spec(param: &str, tag: &Value) -> ApiResult<GrammarSpec> {
+    if tag.get("format").is_some() {
+        return Err(invalid(
+            param,
+            "A structural tag's `format` (xgrammar's structural tag) is not supported by this server (vllm-rs); \
+             give `structures` and `triggers`.",
+        ));
+    }
+    let bad = |what: &str| invalid(param, format!("structural_tag: {what}"));
+    let triggers: Vec<String> = serde_json::from_value(tag.get("triggers").cloned().unwrap_or(Value::Null))
+        .map_err(|_| bad("`triggers` must be a list of strings."))?;
+    let structures =
+        tag.get("structures").and_then(Value::as_array).ok_or_else(|| bad("`structures` must be a list."))?;
+    let structures = structures
+        .iter()
+        .map(|s| {
+            let text = |k: &str| {
+                s.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .ok_or_else(|| bad(&format!("each structure needs a string `{k}`.")))
+            };
+            let schema = match s.get("schema") {
+                None | Some(Value::Null) => serde_json::json!({}),
+                Some(v @ Value::Object(_)) => v.clone(),
+                Some(_) => return Err(bad("a structure's `schema` must be a JSON object.")),
+            };
+            Ok(TagStructure { begin: text("begin")?, schema, end: text("end")? })
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(GrammarSpec::StructuralTag { structures, triggers })
 }
 
 /// `disable_any_whitespace`: JSON without free whitespace between its tokens.
@@ -195,6 +231,34 @@ mod tests {
             compact.unwrap(),
             Some(GrammarSpec::Json(json!({"type": "object", "x-guidance": {"whitespace_flexible": false}})))
         );
+    }
+
+    #[test]
+    fn structural_tags_are_read_from_either_field() {
+        let tag = json!({"type": "structural_tag", "triggers": ["<f="],
+            "structures": [{"begin": "<f=w>", "schema": {"type": "object"}, "end": "</f>"}, {"begin": "<f=v>", "end": "</f>"}]});
+        let want = GrammarSpec::StructuralTag {
+            structures: vec![
+                TagStructure { begin: "<f=w>".into(), schema: json!({"type": "object"}), end: "</f>".into() },
+                TagStructure { begin: "<f=v>".into(), schema: json!({}), end: "</f>".into() },
+            ],
+            triggers: vec!["<f=".into()],
+        };
+        assert_eq!(spec(json!({"response_format": tag.clone()})).unwrap(), Some(want.clone()));
+        assert_eq!(spec(json!({"structured_outputs": {"structural_tag": tag.to_string()}})).unwrap(), Some(want));
+        for (body, says) in [
+            (json!({"response_format": {"type": "structural_tag", "format": {"type": "any_text"}}}), "`format`"),
+            (json!({"response_format": {"type": "structural_tag", "structures": []}}), "triggers"),
+            (
+                json!({"response_format": {"type": "structural_tag", "triggers": ["a"], "structures": [{"begin": "a"}]}}),
+                "`end`",
+            ),
+            (json!({"structured_outputs": {"structural_tag": "{not json"}}), "not valid JSON"),
+        ] {
+            let e = spec(body.clone()).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{body}");
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+        }
     }
 
     #[test]

@@ -22,17 +22,18 @@ fn qwen3_thinking_switch_and_grammar_start() {
     let dir = vllm_rs_testutil::models_dir().join("tokenizers/qwen3");
     let tok = Tokenizer::from_hf_dir(&dir).unwrap();
     let (parser, think) = ReasoningParser::by_name("qwen3", &tok).unwrap();
+    let think = think.expect("qwen3 has think tokens");
     assert_eq!(tok.id_to_token(think.end).as_deref(), Some("</think>"));
 
     let off = prompt(&tok, false);
     assert!(reasoning_ended(&off, think), "enable_thinking false closes the block in the prompt");
-    assert!(!parser.starts_thinking(&off, think));
+    assert!(!parser.starts_thinking(&off, Some(think)));
     assert_eq!(parser.split("The answer is 4.", false), (None, Some("The answer is 4.".into())));
     let on = prompt(&tok, true);
     assert!(!reasoning_ended(&on, think), "thinking on: the model opens and closes the block itself");
     let recorded = "<think>\nOkay, 2 + 2 is 4.\n</think>\n\nThe answer is 4.";
     assert_eq!(
-        parser.split(recorded, parser.starts_thinking(&on, think)),
+        parser.split(recorded, parser.starts_thinking(&on, Some(think))),
         (Some("\nOkay, 2 + 2 is 4.\n".into()), Some("\n\nThe answer is 4.".into()))
     );
 

@@ -74,14 +74,17 @@ const UNSUPPORTED_COMMON: &[Unsupported] = &[
     unsupported("ec_transfer_params", null),
     unsupported("vllm_xargs", null_or_empty),
     unsupported("repetition_detection", null),
-    unsupported("thinking_token_budget", null_or_minus_one),
     unsupported("return_weight_versions", null_or_false),
     unsupported("stream_interval", null_or_one),
     unsupported("best_of", null_or_one),
 ];
 
-const UNSUPPORTED_COMPLETION: &[Unsupported] =
-    &[unsupported("suffix", null_or_empty), unsupported("prompt_embeds", null_or_empty)];
+const UNSUPPORTED_COMPLETION: &[Unsupported] = &[
+    unsupported("suffix", null_or_empty),
+    unsupported("prompt_embeds", null_or_empty),
+    // Chat only here: the end of thinking is known from the reasoning parser.
+    unsupported("thinking_token_budget", null_or_minus_one),
+];
 
 const UNSUPPORTED_CHAT: &[Unsupported] = &[
     unsupported("functions", null),
@@ -159,6 +162,7 @@ const CHAT: &[&str] = &[
     "tool_choice",
     "parallel_tool_calls",
     "include_reasoning",
+    "thinking_token_budget",
     // Harmless OpenAI fields.
     "store",
     "metadata",

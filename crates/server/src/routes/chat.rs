@@ -14,7 +14,7 @@ use crate::protocol::completion::StopReasonJson;
 use crate::protocol::fields::Endpoint;
 use crate::protocol::logprobs::{TokenNamer, chat_logprobs, prompt_logprobs_json};
 use crate::protocol::sampling_fields::SamplingFields;
-use crate::reasoning::reasoning_ended;
+use crate::reasoning::{ReasoningFields, reasoning_ended};
 use crate::routes::{finish_str, prepare_off_thread, read_request};
 use crate::sampling::{PlanInputs, RequestPlan};
 use crate::sse;
@@ -211,10 +211,12 @@ fn constrain(
         ));
     }
     let reasoning = model.reasoning.map(|(p, t)| (p, p.starts_thinking(prompt, t)));
+    let think = model.reasoning.and_then(|(_, t)| t);
+    plan.set_thinking_budget(typed::<ReasoningFields>(obj)?.budget(think, prompt)?);
     if let Some((spec, param)) = tool_spec.map(|s| (s, "tools")).or(requested) {
         let grammar = structured::compile(model, &spec, param)?;
         // As vLLM: the grammar applies once the reasoning has ended.
-        let after = model.reasoning.and_then(|(_, t)| (!reasoning_ended(prompt, t)).then_some(t.end));
+        let after = think.and_then(|t| (!reasoning_ended(prompt, t)).then_some(t.end));
         plan.set_grammar(grammar, after);
     }
     Ok(OutputPlan { reasoning, include_reasoning: true, tools, auto_parser: state.config.auto_tool_parser.clone() })

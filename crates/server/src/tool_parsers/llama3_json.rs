@@ -1,9 +1,11 @@
 //! `llama3_json`: Llama 3.x's JSON calls, `{"name": ..., "parameters": {...}}` (or
 //! `"arguments"`), optionally after `<|python_tag|>`, several separated by `;`.
 
-use super::{Extracted, ParsedCall, ToolParser, call_from_object, content_before, json_values};
+use super::{Extracted, ParsedCall, ToolParser, call_from_object, content_before, json_calls_so_far, json_values};
 
 const PYTHON_TAG: &str = "<|python_tag|>";
+/// Where a call's arguments are (Llama 3.x writes `parameters`).
+const KEYS: &[&str] = &["parameters", "arguments"];
 
 pub struct Llama3Json;
 
@@ -20,7 +22,7 @@ fn calls(body: &str) -> Option<Vec<ParsedCall>> {
     if values.is_empty() {
         return None;
     }
-    values.iter().map(|v| call_from_object(v, &["parameters", "arguments"])).collect()
+    values.iter().map(|v| call_from_object(v, KEYS)).collect()
 }
 
 impl ToolParser for Llama3Json {
@@ -36,13 +38,8 @@ impl ToolParser for Llama3Json {
         }
     }
 
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall> {
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
         let Some((_, body)) = start(text) else { return vec![] };
-        // A value is complete once it parsed; the last one may still grow only if the text
-        // ends right after it (an object cannot: its closing brace ends it).
-        json_values(&text[body..], ';')
-            .iter()
-            .map_while(|v| call_from_object(v, &["parameters", "arguments"]))
-            .collect()
+        json_calls_so_far(&text[body..], ';', KEYS)
     }
 }

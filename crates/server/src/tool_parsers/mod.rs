@@ -1,15 +1,25 @@
 //! Tool parsers (`--tool-call-parser`): find the function calls a model wrote in its own format
 //! in the generated text, for `tool_choice: "auto"`. One file per format, named as vLLM names
 //! the parser. Streaming runs the same parser over the text so far: content streams until the
-//! format's start marker, each call is sent once it is complete (name first, then its
-//! arguments), so a stream's calls are the non-streaming response's calls.
+//! format's start marker; each call is sent as vLLM sends it, its id, type and name once, then
+//! its arguments in fragments as they become final (`hermes`, `deepseek_v3`: the raw text as
+//! it is written; `qwen3_coder`: each parameter once it is closed; `llama3_json`, `mistral`,
+//! `granite`: `json.dumps` of the arguments as far as it is final; `pythonic`: each call,
+//! whole, once it is closed). A stream's calls are the non-streaming response's
+//! calls (`hermes`: the same JSON values in the model's own spacing; where vLLM's stream sends
+//! a call the whole parse then rejects, so does this one).
 
+mod deepseek_v3;
+mod granite;
 mod hermes;
 mod llama3_json;
 mod mistral;
+mod partial_json;
 mod pythonic;
+mod qwen3_coder;
 
-use crate::tools::ToolCall;
+use crate::tools::tool_call_id;
+use serde_json::Value;
 
 /// A function call as written by the model: its name and arguments JSON text.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,23 +43,36 @@ pub trait ToolParser: Send + Sync {
     /// The calls in a finished output, and the content around them. No calls: the whole text
     /// is content (a malformed call stays text, as vLLM returns it).
     fn extract(&self, text: &str) -> Extracted;
-    /// The calls already complete in an unfinished output (streaming).
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall>;
+    /// The calls begun in an unfinished output (streaming): each one's name, and as much of
+    /// its arguments text as is final (later texts only extend it).
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall>;
+    /// All a stream has sent of the calls once its text is `text`. vLLM's streaming parsers
+    /// end with what they have sent (the calls so far, even one the whole parse would refuse);
+    /// a format whose last part is only known at the end (`qwen3_coder`) takes the whole parse.
+    fn streamed_calls(&self, text: &str, _finished: bool) -> Vec<ParsedCall> {
+        self.calls_so_far(text)
+    }
+    /// The id a streamed call gets (vLLM's parsers differ: most `chatcmpl-tool-<hex>`).
+    fn stream_call_id(&self) -> String {
+        tool_call_id()
+    }
+    /// Whether a streamed call's first delta carries the arguments known so far along with its
+    /// name (vLLM's `qwen3_coder`), rather than the name alone.
+    fn name_with_arguments(&self) -> bool {
+        false
+    }
 }
 
 /// The parsers this server has, by vLLM's names.
-pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic"];
+pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder", "deepseek_v3", "granite"];
 
 /// vLLM's parser names that are not implemented here (refused at start with a clear message).
 const NOT_YET: &[&str] = &[
-    "qwen3_coder",
     "qwen3_xml",
-    "deepseek_v3",
     "deepseek_v31",
     "openai",
     "llama4_json",
     "llama4_pythonic",
-    "granite",
     "granite-20b-fc",
     "internlm",
     "jamba",
@@ -63,18 +86,36 @@ const NOT_YET: &[&str] = &[
     "seed_oss",
 ];
 
-/// The parser named `name`, or why there is none.
-pub fn by_name(name: &str) -> Result<Box<dyn ToolParser>, String> {
+/// The parser named `name` for a request offering `tools` (some formats type the arguments by
+/// the tools' schemas), or why there is none.
+pub fn by_name(name: &str, tools: &[Value]) -> Result<Box<dyn ToolParser>, String> {
     Ok(match name {
         "hermes" => Box::new(hermes::Hermes),
         "llama3_json" => Box::new(llama3_json::Llama3Json),
         "mistral" => Box::new(mistral::Mistral),
         "pythonic" => Box::new(pythonic::Pythonic),
+        "qwen3_coder" => Box::new(qwen3_coder::Qwen3Coder::new(tools)),
+        "deepseek_v3" => Box::new(deepseek_v3::DeepSeekV3),
+        "granite" => Box::new(granite::Granite),
         n if NOT_YET.contains(&n) => {
             return Err(format!("tool call parser {n:?} is not implemented yet; available: {}", NAMES.join(", ")));
         }
         n => return Err(format!("unknown tool call parser {n:?}; available: {}", NAMES.join(", "))),
     })
+}
+
+/// Checks, at start-up, that the model's tokenizer has the tokens parser `name` needs (vLLM's
+/// `qwen3_coder` and `deepseek_v3` refuse to start without their call markers as tokens).
+pub fn check_tokenizer(name: &str, has_token: impl Fn(&str) -> bool) -> Result<(), String> {
+    let needed: &[&str] = match name {
+        "qwen3_coder" => &["<tool_call>", "</tool_call>"],
+        "deepseek_v3" => &["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"],
+        _ => &[],
+    };
+    match needed.iter().find(|t| !has_token(t)) {
+        Some(t) => Err(format!("the {name} tool call parser needs the {t} token, which this model's tokenizer lacks")),
+        None => Ok(()),
+    }
 }
 
 /// A parsed call's arguments as vLLM writes them: `json.dumps` of the parsed object.
@@ -98,6 +139,11 @@ fn call_from_object(v: &serde_json::Value, args_keys: &[&str]) -> Option<ParsedC
 /// JSON values one after another from the start of `text` (as Python's `raw_decode` in a loop),
 /// with `separator` allowed between them; stops at the first thing that is not one.
 fn json_values(text: &str, separator: char) -> Vec<serde_json::Value> {
+    json_values_and_rest(text, separator).0
+}
+
+/// [`json_values`], and the text after the last one.
+fn json_values_and_rest(text: &str, separator: char) -> (Vec<serde_json::Value>, &str) {
     let mut out = Vec::new();
     let mut rest = text.trim_start();
     while !rest.is_empty() {
@@ -111,6 +157,26 @@ fn json_values(text: &str, separator: char) -> Vec<serde_json::Value> {
             _ => break,
         }
     }
+    (out, rest)
+}
+
+/// The calls of a run of call objects separated by `separator` (streaming): each complete one,
+/// then the unfinished one with the final part of its arguments (see [`partial_json`]).
+fn json_calls_so_far(text: &str, separator: char, args_keys: &[&str]) -> Vec<ParsedCall> {
+    let (values, rest) = json_values_and_rest(text, separator);
+    let mut out = Vec::new();
+    for v in &values {
+        match call_from_object(v, args_keys) {
+            Some(c) => out.push(c),
+            // No arguments: its name was streamed all the same (as vLLM does), and it ends there.
+            None => {
+                let name = v.get("name").and_then(serde_json::Value::as_str);
+                out.extend(name.map(|n| ParsedCall { name: n.to_string(), arguments: String::new() }));
+                return out;
+            }
+        }
+    }
+    out.extend(partial_json::partial_call(rest, args_keys).map(|(name, arguments)| ParsedCall { name, arguments }));
     out
 }
 
@@ -122,26 +188,36 @@ pub struct ToolStream {
     sent_content: usize,
     /// Content ended: the start marker was seen.
     in_calls: bool,
-    /// Calls sent so far.
-    sent_calls: usize,
+    /// The calls sent so far: the arguments text sent for each.
+    sent: Vec<String>,
+}
+
+/// One tool-call delta: the call's index in the choice, its id and name the first time, and
+/// the next piece of its arguments.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallDelta {
+    pub index: usize,
+    /// `(id, name)`, in the call's first delta only.
+    pub header: Option<(String, String)>,
+    pub arguments: String,
 }
 
 /// What one step of a stream sends.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StreamDelta {
     pub content: String,
-    /// New calls, each with its index in the choice's calls.
-    pub calls: Vec<(usize, ToolCall)>,
+    /// Call deltas in order (each is a chunk of its own, as vLLM sends).
+    pub calls: Vec<CallDelta>,
 }
 
 impl ToolStream {
     pub fn new(parser: Box<dyn ToolParser>) -> Self {
-        ToolStream { parser, text: String::new(), sent_content: 0, in_calls: false, sent_calls: 0 }
+        ToolStream { parser, text: String::new(), sent_content: 0, in_calls: false, sent: Vec::new() }
     }
 
     /// Whether any call has been sent.
     pub fn called(&self) -> bool {
-        self.sent_calls > 0
+        !self.sent.is_empty()
     }
 
     /// Takes the next piece of text; `finished` on the last one.
@@ -167,24 +243,45 @@ impl ToolStream {
             self.sent_content = end;
         }
         if self.in_calls {
-            let calls =
-                if finished { self.parser.extract(&self.text).calls } else { self.parser.complete_calls(&self.text) };
-            for c in calls.into_iter().skip(self.sent_calls) {
-                out.calls.push((self.sent_calls, ToolCall::new(c.name, c.arguments)));
-                self.sent_calls += 1;
+            let calls = self.parser.streamed_calls(&self.text, finished);
+            for (index, call) in calls.into_iter().enumerate() {
+                out.calls.extend(self.call_deltas(index, call));
             }
             // No call after all (malformed): what was held back is content, as vLLM returns it.
-            if finished && self.sent_calls == 0 {
+            if finished && self.sent.is_empty() {
                 out.content.push_str(&self.text[self.sent_content..]);
                 self.sent_content = self.text.len();
             }
         }
         out
     }
+
+    /// What is new about call `index`: its header the first time, and the arguments beyond
+    /// those sent (nothing when they no longer extend what was sent: sent text stays sent).
+    fn call_deltas(&mut self, index: usize, call: ParsedCall) -> Vec<CallDelta> {
+        let mut out = Vec::new();
+        if index == self.sent.len() {
+            let header = Some((self.parser.stream_call_id(), call.name));
+            if self.parser.name_with_arguments() {
+                out.push(CallDelta { index, header, arguments: call.arguments.clone() });
+                self.sent.push(call.arguments);
+                return out;
+            }
+            out.push(CallDelta { index, header, arguments: String::new() });
+            self.sent.push(String::new());
+        }
+        let sent = &mut self.sent[index];
+        let new = call.arguments.strip_prefix(sent.as_str()).filter(|n| !n.is_empty()).map(str::to_string);
+        if let Some(arguments) = new {
+            out.push(CallDelta { index, header: None, arguments });
+            *sent = call.arguments;
+        }
+        out
+    }
 }
 
 /// The longest suffix of `text` that is a proper prefix of `marker`.
-fn partial_marker_len(text: &str, marker: &str) -> usize {
+pub(crate) fn partial_marker_len(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
         .find(|&n| text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..]))

@@ -1,6 +1,7 @@
 //! `pythonic`: calls as a Python list, `[get_weather(city='Paris', days=3), now()]` (Llama 3.2
 //! and 4 small models, ToolACE). Keyword arguments only; their values are Python literals
-//! (strings, numbers, True / False / None, lists, dicts), written back as JSON.
+//! (strings, numbers, True / False / None, lists, dicts), written back as JSON. A stream sends
+//! each call once it is closed.
 
 use super::{Extracted, ParsedCall, ToolParser, normalized_arguments};
 use serde_json::{Map, Value};
@@ -20,29 +21,51 @@ impl ToolParser for Pythonic {
         }
     }
 
-    fn complete_calls(&self, text: &str) -> Vec<ParsedCall> {
-        let at = text.find('[').unwrap_or(0);
-        calls(text[at..].trim()).unwrap_or_default()
+    /// Each call once its `)` is written, in an output that opens with the list (vLLM streams
+    /// only such an output as calls).
+    fn calls_so_far(&self, text: &str) -> Vec<ParsedCall> {
+        if !text.trim_start().starts_with('[') {
+            return vec![];
+        }
+        leading_calls(text.trim_start()).0
     }
 }
 
-fn calls(text: &str) -> Option<Vec<ParsedCall>> {
+/// The calls of the list `text` begins with, and whether the list closed; `None` as the first
+/// when it does not begin with `[`.
+fn leading_calls(text: &str) -> (Vec<ParsedCall>, Option<usize>) {
     let mut p = Parser { s: text.as_bytes(), i: 0 };
-    p.eat(b'[')?;
     let mut out = Vec::new();
+    if p.eat(b'[').is_none() {
+        return (out, None);
+    }
     loop {
         p.ws();
         if p.eat(b']').is_some() {
-            break;
+            return (out, Some(p.i));
         }
-        if !out.is_empty() {
-            p.eat(b',')?;
-            p.ws();
+        if !out.is_empty() && p.eat(b',').is_none() {
+            return (out, None);
         }
-        out.push(p.call()?);
+        match p.call() {
+            Some(c) => out.push(c),
+            None => return (out, None),
+        }
     }
+}
+
+/// The calls when `text` is exactly the list (and whitespace).
+fn calls(text: &str) -> Option<Vec<ParsedCall>> {
+    let (out, end) = leading_calls(text);
+    end.filter(|&e| text[e..].trim().is_empty()).map(|_| out)
+}
+
+/// A Python literal (what `ast.literal_eval` takes) as JSON; `None` when `text` is not one.
+pub(super) fn python_literal(text: &str) -> Option<Value> {
+    let mut p = Parser { s: text.as_bytes(), i: 0 };
+    let v = p.value()?;
     p.ws();
-    (p.i == p.s.len()).then_some(out)
+    (p.i == p.s.len()).then_some(v)
 }
 
 struct Parser<'a> {
