@@ -84,7 +84,8 @@ struct ReasoningCounter {
 
 impl ReasoningCounter {
     fn new(ctx: &Ctx) -> Self {
-        let think = ctx.model.reasoning.map(|(_, t)| t);
+        // Parsers that mark thinking in plain text (granite) have no marker ids: nothing is counted.
+        let think = ctx.model.reasoning.and_then(|(_, t)| t);
         let inside = ctx.output.reasoning.is_some_and(|(_, at_start)| at_start);
         ReasoningCounter { think, inside }
     }
