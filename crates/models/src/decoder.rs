@@ -215,6 +215,29 @@ impl Model for DecoderModel {
     }
 }
 
+/// A decoder around `layers` with unscaled token embeddings `embed` (no learned positions, no
+/// logit soft-capping), the final norm `norm` and the (optionally tied) head.
+pub fn plain_decoder(
+    ck: &Checkpoint,
+    config: &Value,
+    c: &CommonConfig,
+    (embed, layers): (Weight, Vec<DecoderLayer>),
+    norm: Norm,
+    rope_inv_freqs: Vec<Vec<f32>>,
+) -> Result<DecoderModel> {
+    Ok(DecoderModel {
+        info: model_info(config, c, &layers)?,
+        lm_head: lm_head(ck, c, &embed)?,
+        embed_tokens: Embedding { weight: embed },
+        embed_scale: 1.0,
+        embed_positions: None,
+        layers,
+        norm,
+        final_logit_softcap: None,
+        rope_inv_freqs,
+    })
+}
+
 /// The output head: `lm_head.weight`, or the embedding table when tied (and no separate head
 /// is stored; some tied checkpoints store one anyway).
 pub fn lm_head(ck: &Checkpoint, c: &CommonConfig, embed: &Weight) -> Result<Weight> {

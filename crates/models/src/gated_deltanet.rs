@@ -12,7 +12,7 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
-use crate::recurrent_state::{conv_with_saves, request_state, saves_in, softplus};
+use crate::recurrent_state::{convolve_requests, positive, saves_in, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
@@ -35,13 +35,7 @@ pub struct GdnDims {
 
 impl GdnDims {
     pub fn parse(config: &Value) -> Result<Self> {
-        let get = |key: &str| {
-            config[key]
-                .as_u64()
-                .filter(|&v| v > 0)
-                .map(|v| v as usize)
-                .ok_or_else(|| Error::msg(format!("config: {key} must be a positive integer")))
-        };
+        let get = |key: &str| positive(config, key);
         let d = GdnDims {
             num_k_heads: get("linear_num_key_heads")?,
             num_v_heads: get("linear_num_value_heads")?,
@@ -167,14 +161,8 @@ impl GatedDeltaNet {
             n,
             [qkv, z, b, a],
         );
-        let seqs = &batch.groups[kv.group_of(layer)].seqs;
-        let (states, per_slot) = kv.states_mut(layer);
         let conv = d.conv_dim();
-        for s in seqs {
-            let at = request_state(states, per_slot, s);
-            let w = (&self.conv_weight[..], d.conv_kernel);
-            conv_with_saves(qkv, conv, (states, at, per_slot), w, s, batch.state_saves, row);
-        }
+        convolve_requests(kv, layer, batch, qkv, conv, (&self.conv_weight, d.conv_kernel), row);
         ops::silu(qkv);
         self.prepare_qk(qkv, n);
         // beta = σ(b) and the decay exp(g), per token and value head.
@@ -185,6 +173,8 @@ impl GatedDeltaNet {
             }
         }
         core.resize(n * d.value_dim(), 0.0);
+        let seqs = &batch.groups[kv.group_of(layer)].seqs;
+        let (states, per_slot) = kv.states_mut(layer);
         self.delta_rule(qkv, b, a, (seqs, batch.state_saves), states, per_slot, core);
         self.gated_norm(core, z);
         self.out_proj.forward(core, n, out);

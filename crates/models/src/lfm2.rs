@@ -6,9 +6,9 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, lm_head, load_attention, model_info};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention, plain_decoder};
 use crate::error::{Error, Result};
-use crate::layers::{Embedding, RmsNorm};
+use crate::layers::RmsNorm;
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
 use crate::short_conv::ShortConv;
@@ -89,17 +89,14 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         });
     }
     let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
-    Ok(DecoderModel {
-        info: model_info(&config, &c, &layers)?,
-        lm_head: lm_head(&ck, &c, &embed)?,
-        embed_tokens: Embedding { weight: embed },
-        embed_scale: 1.0,
-        embed_positions: None,
-        layers,
-        norm: Norm::Rms(norm(&ck, "model.embedding_norm", hidden)?),
-        final_logit_softcap: None,
-        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, hd)],
-    })
+    plain_decoder(
+        &ck,
+        &config,
+        &c,
+        (embed, layers),
+        Norm::Rms(norm(&ck, "model.embedding_norm", hidden)?),
+        vec![ops::rope_inv_freq(c.rope_theta, hd)],
+    )
 }
 
 /// The feed-forward width transformers' `Lfm2MLP` derives: with `block_auto_adjust_ff_dim`,

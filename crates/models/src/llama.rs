@@ -6,10 +6,10 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, Mixer, lm_head, load_attention, model_info};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, load_attention, plain_decoder};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::layers::{Embedding, RmsNorm};
+use crate::layers::RmsNorm;
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
 use serde::Deserialize;
@@ -190,15 +190,6 @@ pub fn pre_norm_model(
     layers: Vec<DecoderLayer>,
     rope_dim: usize,
 ) -> Result<DecoderModel> {
-    Ok(DecoderModel {
-        info: model_info(config, c, &layers)?,
-        lm_head: lm_head(ck, c, &embed)?,
-        embed_tokens: Embedding { weight: embed },
-        embed_scale: 1.0,
-        embed_positions: None,
-        layers,
-        norm: Norm::Rms(RmsNorm::load(ck, "model.norm", c.hidden_size, c.rms_norm_eps, 0.0)?),
-        final_logit_softcap: None,
-        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
-    })
+    let norm = Norm::Rms(RmsNorm::load(ck, "model.norm", c.hidden_size, c.rms_norm_eps, 0.0)?);
+    plain_decoder(ck, config, c, (embed, layers), norm, vec![ops::rope_inv_freq(c.rope_theta, rope_dim)])
 }

@@ -12,7 +12,7 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
-use crate::recurrent_state::{conv_with_saves, request_state, saves_in, softplus};
+use crate::recurrent_state::{convolve_requests, positive, saves_in, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
@@ -32,13 +32,7 @@ pub struct Mamba2Dims {
 impl Mamba2Dims {
     /// From Nemotron-H's config keys.
     pub fn parse(config: &Value) -> Result<Self> {
-        let get = |key: &str| {
-            config[key]
-                .as_u64()
-                .filter(|&v| v > 0)
-                .map(|v| v as usize)
-                .ok_or_else(|| Error::msg(format!("config: {key} must be a positive integer")))
-        };
+        let get = |key: &str| positive(config, key);
         let d = Mamba2Dims {
             num_heads: get("mamba_num_heads")?,
             head_dim: get("mamba_head_dim")?,
@@ -159,18 +153,14 @@ impl Mamba2 {
                 r[inner + conv..].iter().zip(&self.dt_bias).map(|(v, b)| softplus(v + b).max(self.time_step_min)),
             );
         }
-        let seqs = &batch.groups[kv.group_of(layer)].seqs;
-        let (states, per_slot) = kv.states_mut(layer);
-        for s in seqs {
-            let at = request_state(states, per_slot, s);
-            let w = (&self.conv_weight[..], d.conv_kernel);
-            conv_with_saves(xbc, conv, (states, at, per_slot), w, s, batch.state_saves, row);
-        }
+        convolve_requests(kv, layer, batch, xbc, conv, (&self.conv_weight, d.conv_kernel), row);
         if let Some(bias) = &self.conv_bias {
             xbc.chunks_exact_mut(conv).for_each(|r| ops::add_assign(r, bias));
         }
         ops::silu(xbc);
         y.resize(n * inner, 0.0);
+        let seqs = &batch.groups[kv.group_of(layer)].seqs;
+        let (states, per_slot) = kv.states_mut(layer);
         self.scan(xbc, dt, (seqs, batch.state_saves), states, per_slot, y);
         self.gated_norm(y, proj);
         self.out_proj.forward(y, n, out);

@@ -8,9 +8,9 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, lm_head, load_attention, model_info};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention, plain_decoder};
 use crate::error::{Error, Result};
-use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::layers::{Linear, RmsNorm};
 use crate::mamba2::{Mamba2, Mamba2Dims};
 use crate::mlp::{Activation, FeedForward, Mlp};
 use crate::norm::Norm;
@@ -94,18 +94,8 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         });
     }
     let embed = ck.matrix("model.embeddings.weight", c.vocab_size, hidden)?;
-    Ok(DecoderModel {
-        info: model_info(&config, &c, &layers)?,
-        lm_head: lm_head(&ck, &c, &embed)?,
-        embed_tokens: Embedding { weight: embed },
-        embed_scale: 1.0,
-        embed_positions: None,
-        layers,
-        norm: norm("model.norm_f")?,
-        final_logit_softcap: None,
-        // No positional embeddings: one empty rotary table.
-        rope_inv_freqs: vec![Vec::new()],
-    })
+    // No positional embeddings: one empty rotary table.
+    plain_decoder(&ck, &config, &c, (embed, layers), norm("model.norm_f")?, vec![Vec::new()])
 }
 
 /// `layers_block_type`, or `hybrid_override_pattern` (`M` Mamba-2, `*` attention, `-` MLP).

@@ -10,11 +10,11 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, lm_head, load_attention_gated, model_info};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention_gated, plain_decoder};
 use crate::error::{Error, Result};
 use crate::gated_deltanet::{GatedDeltaNet, GdnDims};
 use crate::gguf::GgufFile;
-use crate::layers::{Embedding, RmsNorm};
+use crate::layers::RmsNorm;
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::moe;
 use crate::norm::Norm;
@@ -138,17 +138,14 @@ pub fn load_with(
         });
     }
     let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
-    Ok(DecoderModel {
-        info: model_info(config, &c, &layers)?,
-        lm_head: lm_head(ck, &c, &embed)?,
-        embed_tokens: Embedding { weight: embed },
-        embed_scale: 1.0,
-        embed_positions: None,
-        layers,
-        norm: Norm::Rms(norm("model.norm", hidden)?),
-        final_logit_softcap: None,
-        rope_inv_freqs: vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
-    })
+    plain_decoder(
+        ck,
+        config,
+        &c,
+        (embed, layers),
+        Norm::Rms(norm("model.norm", hidden)?),
+        vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
+    )
 }
 
 /// `layer_types`, or every `full_attention_interval`-th layer full (transformers' default 4).

@@ -3,7 +3,10 @@
 //! group), starts from zeros when the request's step starts at position 0, and is copied into
 //! prefix-cache snapshot slots at the rows the batch names (`ForwardBatch::state_saves`).
 
-use crate::batch::SeqAttention;
+use crate::batch::{ForwardBatch, SeqAttention};
+use crate::error::{Error, Result};
+use serde_json::Value;
+use vllm_rs_kernels::attention::KvCache;
 use vllm_rs_kernels::recurrent::causal_conv1d;
 
 /// Where request `s`'s state starts in a layer's states (`per_slot` values a slot); zeroed
@@ -45,6 +48,34 @@ pub fn conv_with_saves(
         }
         from = end;
     }
+}
+
+/// The depthwise causal convolution of every request's rows of `x` (`channels` wide), each
+/// over the window at the start of its state slot in layer `layer` (see [`conv_with_saves`]).
+pub fn convolve_requests(
+    kv: &mut KvCache,
+    layer: usize,
+    batch: &ForwardBatch,
+    x: &mut [f32],
+    channels: usize,
+    weight: (&[f32], usize),
+    row: &mut Vec<f32>,
+) {
+    let seqs = &batch.groups[kv.group_of(layer)].seqs;
+    let (states, per_slot) = kv.states_mut(layer);
+    for s in seqs {
+        let at = request_state(states, per_slot, s);
+        conv_with_saves(x, channels, (states, at, per_slot), weight, s, batch.state_saves, row);
+    }
+}
+
+/// A config key that must be a positive integer (the recurrent layers' shapes).
+pub fn positive(config: &Value, key: &str) -> Result<usize> {
+    config[key]
+        .as_u64()
+        .filter(|&v| v > 0)
+        .map(|v| v as usize)
+        .ok_or_else(|| Error::msg(format!("config: {key} must be a positive integer")))
 }
 
 /// torch's `softplus` (β = 1, threshold 20): `ln(1 + eˣ)`, or `x` above 20.

@@ -7,7 +7,7 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::layers::Linear;
-use crate::recurrent_state::{conv_with_saves, request_state};
+use crate::recurrent_state::convolve_requests;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
 
@@ -65,13 +65,7 @@ impl ShortConv {
         for t in bcx.chunks_exact(3 * h) {
             y.extend(t[..h].iter().zip(&t[2 * h..]).map(|(b, x)| b * x));
         }
-        let seqs = &batch.groups[kv.group_of(layer)].seqs;
-        let (states, per_slot) = kv.states_mut(layer);
-        for s in seqs {
-            let at = request_state(states, per_slot, s);
-            let w = (&self.conv_weight[..], self.kernel);
-            conv_with_saves(y, h, (states, at, per_slot), w, s, batch.state_saves, row);
-        }
+        convolve_requests(kv, layer, batch, y, h, (&self.conv_weight, self.kernel), row);
         for (yt, t) in y.chunks_exact_mut(h).zip(bcx.chunks_exact(3 * h)) {
             for (i, v) in yt.iter_mut().enumerate() {
                 let conv = *v + self.conv_bias.as_ref().map_or(0.0, |b| b[i]);
