@@ -32,7 +32,7 @@ run_llama() {
 }
 run_ours() {
   VLLM_RS_THREADS=$THREADS "$VLLM_RS" --log-level error bench pp-tg --model "$MODEL" -p "$PP" -n "$TG" -r "$REPS" \
-    -o json --kv-cache-memory 1GiB >"$OUT/ours-$1.json"
+    -o json --kv-cache-memory 1GiB --max-model-len 4096 >"$OUT/ours-$1.json"
 }
 for r in $(seq 1 "$ROUNDS"); do
   "$MEMBW" "$THREADS" 1024 4 | sed -n 's/.*: \([0-9.]*\) GB\/s.*/\1/p' >>"$OUT/membw"
