@@ -48,6 +48,17 @@ fn errors_have_vllm_shape_and_leave_the_server_healthy() {
     let auth = format!("Bearer {KEY}");
     assert_eq!(s.get_with("/v1/models", &[("Authorization", &auth)]).0, 200);
     assert_eq!(post("/v1/completions", ok_body.clone()).0, 200);
+    // Anthropic's SDKs send the key as `x-api-key`; a 401 on /v1/messages is in Anthropic's shape.
+    let body = json!({"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}).to_string();
+    let json_ct = ("Content-Type", "application/json");
+    assert_eq!(s.post_raw("/v1/messages", &body, &[json_ct, ("x-api-key", KEY)]).0, 200);
+    assert_eq!(s.post_raw("/v1/completions", &ok_body.to_string(), &[json_ct, ("x-api-key", KEY)]).0, 200);
+    let (status, text) = s.post_raw("/v1/messages", &body, &[json_ct, ("x-api-key", "wrong")]);
+    let err: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: {text}"));
+    assert_eq!(
+        (status, err["type"].as_str(), err["error"]["type"].as_str()),
+        (401, Some("error"), Some("authentication_error"))
+    );
 
     // Body problems.
     let raw = |body: &str, ct: &str| {

@@ -1,6 +1,8 @@
-//! Bearer-token authentication (vLLM's `--api-key` / `VLLM_API_KEY`). Every route needs the key
-//! except `/health` (and CORS preflights); a missing or wrong key is a 401 in the OpenAI error
-//! shape. An empty key is refused at start-up (it would turn authentication off).
+//! API-key authentication (vLLM's `--api-key` / `VLLM_API_KEY`). Every route needs the key
+//! except `/health` (and CORS preflights), as `Authorization: Bearer <key>` or as `x-api-key:
+//! <key>` (how Anthropic's SDKs and Claude-compatible tools send it); a missing or wrong key is a
+//! 401 in the API's own error shape (Anthropic's on `/v1/messages`, OpenAI's elsewhere). An
+//! empty key is refused at start-up (it would turn authentication off).
 
 use crate::errors::unauthorized;
 use crate::state::AppState;
@@ -18,19 +20,32 @@ pub async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, n
     if keys.is_empty() || req.method() == Method::OPTIONS || OPEN_PATHS.contains(&req.uri().path()) {
         return next.run(req).await;
     }
-    let presented = req
-        .headers()
+    let headers = req.headers();
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token);
-    match presented {
-        Some(token) if keys.iter().fold(false, |ok, k| ok | constant_time_eq(k.as_bytes(), token.as_bytes())) => {
-            next.run(req).await
-        }
-        _ => unauthorized(),
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    let valid = |token: &str| keys.iter().fold(false, |ok, k| ok | constant_time_eq(k.as_bytes(), token.as_bytes()));
+    if bearer.is_some_and(valid) || x_api_key.is_some_and(valid) {
+        return next.run(req).await;
     }
+    let denied = unauthorized();
+    if req.uri().path().starts_with("/v1/messages") {
+        return anthropic_shape(denied);
+    }
+    denied
+}
+
+/// The 401 with Anthropic's error body (`{"type": "error", "error": {…}}`).
+fn anthropic_shape(denied: Response) -> Response {
+    let (mut parts, _) = denied.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = serde_json::json!({"type": "error", "error": {"type": "authentication_error",
+        "message": "invalid x-api-key: this server needs a valid API key (`x-api-key: <key>`)"}});
+    Response::from_parts(parts, axum::body::Body::from(body.to_string()))
 }
 
 /// Compares without an early exit on the first differing byte (only the length can leak).
