@@ -163,7 +163,7 @@ const PRE_TOKENIZERS: &[(&[&str], PreSplit, bool)] = &[
     (&["smollm", "starcoder", "refact", "codeshell"], PreSplit::DigitsThenGpt2, false),
     (&["qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"], PreSplit::Regex(QWEN2_REGEX), false),
     (&["qwen35"], PreSplit::Regex(QWEN35_REGEX), false),
-    (&["llama3", "llama-v3", "llama-bpe", "falcon3"], PreSplit::Regex(LLAMA3_REGEX), true),
+    (&["llama3", "llama-v3", "llama-bpe", "falcon3", "lfm2"], PreSplit::Regex(LLAMA3_REGEX), true),
     (&["dbrx", "smaug-bpe"], PreSplit::Regex(LLAMA3_REGEX), false),
     (&["gpt-4o", "llama4"], PreSplit::Regex(GPT4O_REGEX), false),
 ];

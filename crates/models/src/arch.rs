@@ -80,6 +80,8 @@ impl ArchSpec {
     pub fn hf_tensor_name(&self, gguf: &str) -> Option<String> {
         let top = match gguf {
             "token_embd.weight" => Some("model.embed_tokens.weight"),
+            // LFM2's final norm (llama.cpp names it after the embedding it follows in the file).
+            "token_embd_norm.weight" => Some("model.embedding_norm.weight"),
             "output_norm.weight" => Some("model.norm.weight"),
             "output.weight" => Some("lm_head.weight"),
             _ => None,

@@ -8,6 +8,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention, plain_decoder};
 use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
 use crate::layers::RmsNorm;
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
@@ -17,15 +18,23 @@ use vllm_rs_kernels::ops;
 
 pub const LFM2: ArchSpec = ArchSpec {
     hf_class: "Lfm2ForCausalLM",
-    gguf_arch: None,
+    gguf_arch: Some("lfm2"),
     load,
-    gguf_modules: &[],
-    gguf_config: None,
+    gguf_modules: &[
+        ("attn_norm", "operator_norm"),
+        ("ffn_norm", "ffn_norm"),
+        ("attn_q_norm", "self_attn.q_layernorm"),
+        ("attn_k_norm", "self_attn.k_layernorm"),
+        ("shortconv.in_proj", "conv.in_proj"),
+        ("shortconv.conv", "conv.conv"),
+        ("shortconv.out_proj", "conv.out_proj"),
+    ],
+    gguf_config: Some(config_from_gguf),
     tiny: TinySpec {
         name: "lfm2",
         config_class: "Lfm2Config",
         seed: 133,
-        config: r#"{"num_hidden_layers": 4, "norm_eps": 1e-5, "tie_word_embeddings": true, "conv_bias": true,
+        config: r#"{"num_hidden_layers": 4, "norm_eps": 1e-5, "tie_word_embeddings": true, "conv_bias": false,
             "conv_L_cache": 3, "layer_types": ["conv", "full_attention", "conv", "conv"],
             "intermediate_size": 192, "block_multiple_of": 16, "block_ffn_dim_multiplier": 1.0,
             "block_auto_adjust_ff_dim": true,
@@ -34,6 +43,22 @@ pub const LFM2: ArchSpec = ArchSpec {
         scaled_embed: false,
     },
 };
+
+/// llama.cpp's `lfm2` metadata: a KV head count per layer (0 for convolution layers), the
+/// convolution's taps, and the feed-forward width already adjusted.
+fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
+    let per_layer = g
+        .get("lfm2.attention.head_count_kv")
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| Error::msg("metadata key lfm2.attention.head_count_kv (one per layer) is missing"))?;
+    let kv: Vec<u64> = per_layer.iter().map(|v| v.as_u64().unwrap_or(0)).collect();
+    c["layer_types"] = kv.iter().map(|&n| if n == 0 { "conv" } else { "full_attention" }).collect();
+    c["num_key_value_heads"] = kv.iter().copied().max().unwrap_or(0).into();
+    c["conv_L_cache"] = g.require_u64("lfm2.shortconv.l_cache")?.into();
+    c["block_auto_adjust_ff_dim"] = false.into();
+    c["norm_eps"] = c["rms_norm_eps"].clone();
+    Ok(())
+}
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     let mut config = config.clone();

@@ -202,14 +202,16 @@ fn gemma3() {
     check_real("gemma3");
 }
 
-/// Tiny Qwen3.5 and Qwen3.5-MoE models converted by llama.cpp's own `convert_hf_to_gguf.py`
-/// (`qwen35`, `qwen35moe`; made by `scripts/make_tiny_gguf_llamacpp.sh`): llama.cpp stores the
+/// Tiny Qwen3.5, Qwen3.5-MoE and LFM2 models converted by llama.cpp's own `convert_hf_to_gguf.py`
+/// (`qwen35`, `qwen35moe`, `lfm2`; made by `scripts/make_tiny_gguf_llamacpp.sh`): llama.cpp stores the
 /// norms as `1 + w`, `A` as `−exp(A_log)`, `dt_bias` as `ssm_dt.bias`, stacks the experts, and
 /// reorders the value heads (4 value heads over 2 key heads here) for its broadcasts. Our
 /// forward on each must equal our forward on the safetensors it came from.
 #[test]
-fn qwen3_5_converted_by_llama_cpp() {
-    for (arch, class) in [("qwen3_5", "Qwen3_5ForCausalLM"), ("qwen3_5_moe", "Qwen3_5MoeForCausalLM")] {
+fn hybrids_converted_by_llama_cpp() {
+    for (arch, class) in
+        [("qwen3_5", "Qwen3_5ForCausalLM"), ("qwen3_5_moe", "Qwen3_5MoeForCausalLM"), ("lfm2", "Lfm2ForCausalLM")]
+    {
         let st = vllm_rs_models::load(&test_data(&format!("data/tiny/{arch}"))).unwrap_or_else(|e| panic!("{e}"));
         let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
         let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
