@@ -68,6 +68,15 @@ pub struct VllmCompatArgs {
     /// `cpu` or `auto`.
     #[arg(long, default_value = "auto")]
     pub device: String,
+
+    /// Element type of the recurrent layers' states (Qwen3.5's delta-net, Mamba): `auto` or
+    /// `float32`, which is what they are kept in; others are refused.
+    #[arg(long, default_value = "auto")]
+    pub mamba_cache_dtype: String,
+
+    /// The same for the SSM part of the state alone (vLLM's finer flag): `auto` or `float32`.
+    #[arg(long, default_value = "auto")]
+    pub mamba_ssm_cache_dtype: String,
 }
 
 impl VllmCompatArgs {
@@ -88,6 +97,13 @@ impl VllmCompatArgs {
         }
         if !matches!(self.device.as_str(), "auto" | "cpu") {
             bail!("--device {}: only the CPU is supported (auto or cpu)", self.device);
+        }
+        for (flag, v) in
+            [("--mamba-cache-dtype", &self.mamba_cache_dtype), ("--mamba-ssm-cache-dtype", &self.mamba_ssm_cache_dtype)]
+        {
+            if !matches!(v.as_str(), "auto" | "float32") {
+                bail!("{flag} {v}: recurrent states are kept in float32 (auto or float32)");
+            }
         }
         if let Some(f) = self.gpu_memory_utilization.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
             bail!("--gpu-memory-utilization {f}: must be in (0, 1]");

@@ -28,6 +28,8 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
         "1",
         "--trust-remote-code",
         "--enforce-eager",
+        "--mamba-ssm-cache-dtype",
+        "float32",
         "--disable-log-requests",
         "--uvicorn-log-level",
         "warning",
@@ -57,6 +59,7 @@ fn flags_that_cannot_be_honoured_are_refused() {
         ("--device", "cuda", "only the CPU"),
         ("--dtype", "int8", "expected auto, float32"),
         ("--gpu-memory-utilization", "1.5", "must be in (0, 1]"),
+        ("--mamba-ssm-cache-dtype", "float16", "recurrent states are kept in float32"),
     ] {
         let (ok, err) = vllm_rs(&["generate", "--model", model, "--prompt", "x", flag, value]);
         assert!(!ok && err.contains(says), "{flag} {value}: {err}");
