@@ -77,6 +77,14 @@ pub struct VllmCompatArgs {
     /// The same for the SSM part of the state alone (vLLM's finer flag): `auto` or `float32`.
     #[arg(long, default_value = "auto")]
     pub mamba_ssm_cache_dtype: String,
+
+    /// Accepted: a multimodal checkpoint (Qwen3.5's) always serves its text model alone here.
+    #[arg(long)]
+    pub language_model_only: bool,
+
+    /// Accepted: image, video and audio inputs are refused, whatever the limits.
+    #[arg(long)]
+    pub limit_mm_per_prompt: Option<String>,
 }
 
 impl VllmCompatArgs {
@@ -117,6 +125,14 @@ impl VllmCompatArgs {
             ),
             (self.uvicorn_log_level.is_some(), "--uvicorn-log-level: HTTP logs follow --log-level"),
             (self.swap_space.is_some(), "--swap-space: preempted requests are recomputed, not swapped"),
+            (
+                self.language_model_only,
+                "--language-model-only: multimodal checkpoints serve their text model here anyway",
+            ),
+            (
+                self.limit_mm_per_prompt.is_some(),
+                "--limit-mm-per-prompt: image, video and audio inputs are not supported (refused with a 400)",
+            ),
         ];
         for (_, note) in notes.iter().filter(|(on, _)| *on) {
             info!("{note}");

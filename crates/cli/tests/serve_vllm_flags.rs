@@ -30,6 +30,9 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
         "--enforce-eager",
         "--mamba-ssm-cache-dtype",
         "float32",
+        "--language-model-only",
+        "--limit-mm-per-prompt",
+        r#"{"image": 4, "video": 2}"#,
         "--disable-log-requests",
         "--uvicorn-log-level",
         "warning",
@@ -44,7 +47,9 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
     let (status, _) = s.post("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 1, "logprobs": 5}));
     assert_eq!(status, 400, "the config file's max_logprobs applies");
     let log = s.log();
-    for note in ["--dtype bfloat16: computing in float32", "--trust-remote-code", "--enforce-eager"] {
+    for note in
+        ["--dtype bfloat16: computing in float32", "--trust-remote-code", "--enforce-eager", "--limit-mm-per-prompt"]
+    {
         assert!(log.contains(note), "no log line for {note}: {log}");
     }
 }
