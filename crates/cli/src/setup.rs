@@ -185,7 +185,12 @@ fn load_generate(
     }
     cfg.num_state_snapshots = 0;
     cfg.num_blocks = match args.num_gpu_blocks_override {
-        Some(n) => n,
+        Some(n) => {
+            if state_per_request > 0 && snapshots_wanted {
+                info!("--num-gpu-blocks-override sizes no memory for recurrent-state snapshots: no prefix-cache hits");
+            }
+            n
+        }
         None => {
             let share = |f: f64| (available_memory().unwrap_or(4 << 30) as f64 * f) as u64;
             let one = per_block * per_request + state_per_request;
