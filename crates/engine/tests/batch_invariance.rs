@@ -211,3 +211,9 @@ fn nemotron_h_batch_invariance() {
     // MLP blocks, each a layer with one half.
     batch_invariance("tiny/nemotron_h");
 }
+
+#[test]
+fn granite_hybrid_batch_invariance() {
+    // Granite 4: Mamba-2 and attention layers with routed and shared experts.
+    batch_invariance("tiny/granite_hybrid");
+}

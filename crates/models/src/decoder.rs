@@ -117,6 +117,8 @@ pub struct DecoderModel {
     pub lm_head: Weight,
     /// `tanh` soft-capping of the logits (Gemma 2), if set.
     pub final_logit_softcap: Option<f32>,
+    /// Multiplies the logits (Granite's `1 / logits_scaling`), 1 for none.
+    pub logit_scale: f32,
     /// Inverse frequencies of each rotary table the layers index. A model without rotary
     /// embeddings has one empty table: zero frequency pairs rotate nothing.
     pub rope_inv_freqs: Vec<Vec<f32>>,
@@ -209,6 +211,9 @@ impl Model for DecoderModel {
         // Every value is overwritten: only new capacity is zeroed.
         logits.resize(rows * self.info.vocab_size, 0.0);
         matmul(hidden, rows, &self.lm_head, logits);
+        if self.logit_scale != 1.0 {
+            logits.iter_mut().for_each(|v| *v *= self.logit_scale);
+        }
         if let Some(cap) = self.final_logit_softcap {
             logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         }
@@ -234,6 +239,7 @@ pub fn plain_decoder(
         layers,
         norm,
         final_logit_softcap: None,
+        logit_scale: 1.0,
         rope_inv_freqs,
     })
 }

@@ -163,6 +163,7 @@ pub fn load_gemma(ck: &Checkpoint, config: &Value, v: GemmaVariant) -> Result<De
         layers,
         norm: Norm::Rms(norm("model.norm", hidden)?),
         final_logit_softcap: x.final_logit_softcapping,
+        logit_scale: 1.0,
         rope_inv_freqs: if v.local_rope {
             vec![ops::rope_inv_freq(c.rope_theta, hd), ops::rope_inv_freq(x.rope_local_base_freq, hd)]
         } else {

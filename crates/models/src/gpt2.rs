@@ -128,6 +128,7 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         layers,
         norm: norm("transformer.ln_f")?,
         final_logit_softcap: None,
+        logit_scale: 1.0,
         rope_inv_freqs: vec![vec![]],
     })
 }

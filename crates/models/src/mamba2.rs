@@ -32,18 +32,23 @@ pub struct Mamba2Dims {
 impl Mamba2Dims {
     /// From Nemotron-H's config keys.
     pub fn parse(config: &Value) -> Result<Self> {
+        Self::parse_keys(config, ["mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"])
+    }
+
+    /// From the config keys named `[heads, head_dim, state_size, n_groups, conv_kernel]`.
+    pub fn parse_keys(config: &Value, keys: [&str; 5]) -> Result<Self> {
         let get = |key: &str| positive(config, key);
         let d = Mamba2Dims {
-            num_heads: get("mamba_num_heads")?,
-            head_dim: get("mamba_head_dim")?,
-            state_size: get("ssm_state_size")?,
-            n_groups: get("n_groups")?,
-            conv_kernel: get("conv_kernel")?,
+            num_heads: get(keys[0])?,
+            head_dim: get(keys[1])?,
+            state_size: get(keys[2])?,
+            n_groups: get(keys[3])?,
+            conv_kernel: get(keys[4])?,
         };
         if !d.num_heads.is_multiple_of(d.n_groups) || d.conv_kernel < 2 {
             return Err(Error::msg(format!(
-                "config: mamba_num_heads ({}) must be a multiple of n_groups ({}) and conv_kernel ({}) at least 2",
-                d.num_heads, d.n_groups, d.conv_kernel
+                "config: {} ({}) must be a multiple of {} ({}) and {} ({}) at least 2",
+                keys[0], d.num_heads, keys[3], d.n_groups, keys[4], d.conv_kernel
             )));
         }
         Ok(d)

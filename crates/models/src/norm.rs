@@ -48,6 +48,8 @@ pub enum Norm {
     Layer(LayerNorm),
     /// No normalization (before an absent half of a block; see `decoder.rs`).
     Identity,
+    /// Multiplies by a constant (Granite's `residual_multiplier` on each sub-layer's output).
+    Scale(f32),
 }
 
 impl Norm {
@@ -57,6 +59,7 @@ impl Norm {
             Norm::Rms(n) => n.forward(x),
             Norm::Layer(n) => n.forward(x),
             Norm::Identity => {}
+            Norm::Scale(m) => x.iter_mut().for_each(|v| *v *= m),
         }
     }
 
@@ -64,7 +67,7 @@ impl Norm {
     pub fn add_forward(&self, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
         match self {
             Norm::Rms(n) => n.add_forward(h, y, x),
-            Norm::Layer(_) | Norm::Identity => {
+            Norm::Layer(_) | Norm::Identity | Norm::Scale(_) => {
                 ops::add_assign(h, y);
                 x.clear();
                 x.extend_from_slice(h);

@@ -158,6 +158,7 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         layers,
         norm: norm(&ck, "model.decoder.final_layer_norm")?,
         final_logit_softcap: None,
+        logit_scale: 1.0,
         rope_inv_freqs: vec![vec![]],
     })
 }

@@ -28,6 +28,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::qwen3_next::QWEN3_NEXT,
     &crate::lfm2::LFM2,
     &crate::nemotron_h::NEMOTRON_H,
+    &crate::granite_hybrid::GRANITE_MOE_HYBRID,
 ];
 
 /// Multimodal classes whose text model is served alone (images and video are not supported):

@@ -168,6 +168,11 @@ fn nemotron_h() {
     check_arch("nemotron_h", "NemotronHForCausalLM");
 }
 
+#[test]
+fn granite_hybrid() {
+    check_arch("granite_hybrid", "GraniteMoeHybridForCausalLM");
+}
+
 /// A Qwen3.5 release is `Qwen3_5ForConditionalGeneration` (with a vision tower): its text model
 /// (config under `text_config`, weights under `model.language_model.`) serves alone, the
 /// vision weights left unread. Built from the tiny text model, it must give the same logits.
