@@ -12,7 +12,7 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
-use crate::recurrent_state::{convolve_requests, positive, saves_in, softplus};
+use crate::recurrent_state::{HeadLayout, convolve_requests, positive, scan_heads, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
@@ -211,38 +211,15 @@ impl GatedDeltaNet {
     ) {
         let d = self.dims;
         let (conv, nv, dk, dv) = (d.conv_dim(), d.num_v_heads, d.head_k_dim, d.head_v_dim);
-        let states = pool::Disjoint::new(states);
-        let core = pool::Disjoint::new(core);
-        let task = |i: usize| {
-            let (s, h) = (&seqs[i / nv], i % nv);
-            let head_at = |slot: usize| slot * per_slot + d.conv_state() + h * d.head_state();
-            // SAFETY: tasks own distinct (slot, head) states — their request's and its snapshots'
-            // — and distinct (row, head) outputs.
-            let state = unsafe { states.range(head_at(s.block_table[0] as usize), d.head_state()) };
-            let mut saves = saves_in(saves, s).peekable();
-            let mut scratch = Vec::new();
-            for t in s.query_start..s.query_start + s.query_len {
-                let r = &qkv[t * conv..(t + 1) * conv];
-                let kh = d.k_head(h);
-                let q = &r[kh * dk..(kh + 1) * dk];
-                let k = &r[d.key_dim() + kh * dk..d.key_dim() + (kh + 1) * dk];
-                let v = &r[2 * d.key_dim() + h * dv..2 * d.key_dim() + (h + 1) * dv];
-                // SAFETY: as above.
-                let out = unsafe { core.range((t * nv + h) * dv, dv) };
-                gated_delta_step(state, q, k, v, decay[t * nv + h], beta[t * nv + h], &mut scratch, out);
-                if let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
-                    // SAFETY: as above.
-                    unsafe { states.range(head_at(slot as usize), d.head_state()) }.copy_from_slice(state);
-                }
-            }
-        };
-        let n_tasks = seqs.len() * nv;
-        let tokens: usize = seqs.iter().map(|s| s.query_len).sum();
-        if n_tasks > 1 && tokens * nv * dk * dv >= 1 << 16 {
-            pool::global().run(n_tasks, &task);
-        } else {
-            (0..n_tasks).for_each(task);
-        }
+        let l = HeadLayout { heads: nv, conv_state: d.conv_state(), head_state: d.head_state(), head_out: dv };
+        scan_heads((seqs, saves), (states, per_slot), l, core, |t, h, state, out, scratch| {
+            let r = &qkv[t * conv..(t + 1) * conv];
+            let kh = d.k_head(h);
+            let q = &r[kh * dk..(kh + 1) * dk];
+            let k = &r[d.key_dim() + kh * dk..d.key_dim() + (kh + 1) * dk];
+            let v = &r[2 * d.key_dim() + h * dv..2 * d.key_dim() + (h + 1) * dv];
+            gated_delta_step(state, q, k, v, decay[t * nv + h], beta[t * nv + h], scratch, out);
+        });
     }
 
     /// `core = rmsnorm(core) · w · silu(z)` per value head.

@@ -12,7 +12,7 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
-use crate::recurrent_state::{convolve_requests, positive, saves_in, softplus};
+use crate::recurrent_state::{HeadLayout, convolve_requests, positive, scan_heads, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::attention::KvCache;
@@ -184,38 +184,16 @@ impl Mamba2 {
         let d = self.dims;
         let (conv, nh, p, ns) = (d.conv_dim(), d.num_heads, d.head_dim, d.state_size);
         let heads_per_group = nh / d.n_groups;
-        let states = pool::Disjoint::new(states);
-        let y = pool::Disjoint::new(y);
-        let task = |i: usize| {
-            let (s, h) = (&seqs[i / nh], i % nh);
-            let head_at = |slot: usize| slot * per_slot + d.conv_state() + h * d.head_state();
-            // SAFETY: tasks own distinct (slot, head) states — their request's and its snapshots'
-            // — and distinct (row, head) outputs.
-            let state = unsafe { states.range(head_at(s.block_table[0] as usize), d.head_state()) };
-            let mut saves = saves_in(saves, s).peekable();
+        let l = HeadLayout { heads: nh, conv_state: d.conv_state(), head_state: d.head_state(), head_out: p };
+        scan_heads((seqs, saves), (states, per_slot), l, y, |t, h, state, out, _| {
             let g = h / heads_per_group;
-            for t in s.query_start..s.query_start + s.query_len {
-                let r = &xbc[t * conv..(t + 1) * conv];
-                let x = &r[h * p..(h + 1) * p];
-                let b = &r[d.inner() + g * ns..d.inner() + (g + 1) * ns];
-                let c = &r[d.inner() + (d.n_groups + g) * ns..d.inner() + (d.n_groups + g + 1) * ns];
-                let step = dt[t * nh + h];
-                let decay = (step * self.neg_a[h]).exp();
-                // SAFETY: as above.
-                let out = unsafe { y.range(t * d.inner() + h * p, p) };
-                ssm_step(state, x, b, c, step, decay, self.d[h], out);
-                if let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
-                    // SAFETY: as above.
-                    unsafe { states.range(head_at(slot as usize), d.head_state()) }.copy_from_slice(state);
-                }
-            }
-        };
-        let tokens: usize = seqs.iter().map(|s| s.query_len).sum();
-        if seqs.len() * nh > 1 && tokens * nh * p * ns >= 1 << 16 {
-            pool::global().run(seqs.len() * nh, &task);
-        } else {
-            (0..seqs.len() * nh).for_each(task);
-        }
+            let r = &xbc[t * conv..(t + 1) * conv];
+            let x = &r[h * p..(h + 1) * p];
+            let b = &r[d.inner() + g * ns..d.inner() + (g + 1) * ns];
+            let c = &r[d.inner() + (d.n_groups + g) * ns..d.inner() + (d.n_groups + g + 1) * ns];
+            let step = dt[t * nh + h];
+            ssm_step(state, x, b, c, step, (step * self.neg_a[h]).exp(), self.d[h], out);
+        });
     }
 
     /// `y = rmsnorm_per_group(y · silu(z)) · w`, `z` the first `inner` values of each `proj` row.

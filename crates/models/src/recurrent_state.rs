@@ -7,6 +7,7 @@ use crate::batch::{ForwardBatch, SeqAttention};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use vllm_rs_kernels::attention::KvCache;
+use vllm_rs_kernels::pool;
 use vllm_rs_kernels::recurrent::causal_conv1d;
 
 /// Where request `s`'s state starts in a layer's states (`per_slot` values a slot); zeroed
@@ -66,6 +67,56 @@ pub fn convolve_requests(
     for s in seqs {
         let at = request_state(states, per_slot, s);
         conv_with_saves(x, channels, (states, at, per_slot), weight, s, batch.state_saves, row);
+    }
+}
+
+/// Where a layer's per-head states and outputs sit: in every slot, `heads` states of
+/// `head_state` values after the `conv_state` window; `head_out` output values per row and head.
+#[derive(Clone, Copy)]
+pub struct HeadLayout {
+    pub heads: usize,
+    pub conv_state: usize,
+    pub head_state: usize,
+    pub head_out: usize,
+}
+
+/// Runs `step(row, head, state, out, scratch)` over every request's rows in order, one task per
+/// (request, head) — on the pool's threads when the work is large — with `state` the head's state
+/// in the request's slot and `out` the row's output for that head. After a row the batch saves
+/// (`saves`), the head's state is copied into the snapshot's slot.
+pub fn scan_heads(
+    (seqs, saves): (&[SeqAttention], &[(usize, u32)]),
+    (states, per_slot): (&mut [f32], usize),
+    l: HeadLayout,
+    out: &mut [f32],
+    step: impl Fn(usize, usize, &mut [f32], &mut [f32], &mut Vec<f32>) + Sync,
+) {
+    let states = pool::Disjoint::new(states);
+    let out = pool::Disjoint::new(out);
+    let task = |i: usize| {
+        let (s, h) = (&seqs[i / l.heads], i % l.heads);
+        let head_at = |slot: usize| slot * per_slot + l.conv_state + h * l.head_state;
+        // SAFETY: tasks own distinct (slot, head) states — their request's and its snapshots' —
+        // and distinct (row, head) outputs.
+        let state = unsafe { states.range(head_at(s.block_table[0] as usize), l.head_state) };
+        let mut saves = saves_in(saves, s).peekable();
+        let mut scratch = Vec::new();
+        for t in s.query_start..s.query_start + s.query_len {
+            // SAFETY: as above.
+            let o = unsafe { out.range((t * l.heads + h) * l.head_out, l.head_out) };
+            step(t, h, state, o, &mut scratch);
+            if let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
+                // SAFETY: as above.
+                unsafe { states.range(head_at(slot as usize), l.head_state) }.copy_from_slice(state);
+            }
+        }
+    };
+    let n_tasks = seqs.len() * l.heads;
+    let tokens: usize = seqs.iter().map(|s| s.query_len).sum();
+    if n_tasks > 1 && tokens * l.heads * l.head_state >= 1 << 16 {
+        pool::global().run(n_tasks, &task);
+    } else {
+        (0..n_tasks).for_each(task);
     }
 }
 
