@@ -3,7 +3,8 @@
 # prompt processing (pp) and token generation (tg), medians over rounds, and the ratio table;
 # and the decode roof of the same run: DRAM read bandwidth (the `membw` example, THREADS threads,
 # measured each round) over the bytes of weights one decoded token reads (every tensor of the
-# GGUF file but an untied token embedding, of which a token reads one row).
+# GGUF file but an untied token embedding, of which a token reads one row; of a MoE's 3-D
+# `*_exps` expert tensors only the share its routed experts hold: expert_used_count / expert_count).
 #
 #   scripts/bench_vs_llamacpp.sh MODEL.gguf [ROUNDS] [THREADS]
 #
@@ -45,7 +46,8 @@ import json, statistics, struct, sys, glob, os
 out, pp, tg, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
 def tensor_bytes(path):
-    """Each tensor's bytes in a GGUF file, by name (from the offsets of the tensor infos)."""
+    """Each tensor's bytes in a GGUF file, by name (from the offsets of the tensor infos), and the
+    metadata."""
     with open(path, "rb") as f:
         data = f.read(64 << 20)  # headers of the files used here fit in 64 MiB
         size = os.fstat(f.fileno()).st_size
@@ -73,11 +75,11 @@ def tensor_bytes(path):
     assert data[:4] == b"GGUF", f"{path} is not a GGUF file"
     at = 8
     n_tensors, n_kv = take("Q"), take("Q")
-    align = 32
+    meta = {}
     for _ in range(n_kv):
-        key, v = string(), value(take("I"))
-        if key == "general.alignment":
-            align = v
+        key = string()
+        meta[key] = value(take("I"))
+    align = meta.get("general.alignment", 32)
     infos = []
     for _ in range(n_tensors):
         name = string()
@@ -87,7 +89,7 @@ def tensor_bytes(path):
     base = (at + align - 1) // align * align
     infos.sort()
     ends = [o for o, _ in infos[1:]] + [size - base]
-    return {name: end - o for (o, name), end in zip(infos, ends)}
+    return {name: end - o for (o, name), end in zip(infos, ends)}, meta
 
 def rates(prefix):
     r = {"pp": [], "tg": []}
@@ -102,10 +104,12 @@ print(f"|---|---:|---:|---:|")
 for kind, n in (("pp", pp), ("tg", tg)):
     l, o = statistics.median(llama[kind]), statistics.median(ours[kind])
     print(f"| {kind}{n} | {l:.1f} | {o:.1f} | {o / l:.2f}x |")
-sizes = tensor_bytes(model)
+sizes, meta = tensor_bytes(model)
 if "output.weight" in sizes:
     sizes.pop("token_embd.weight", None)
-per_token = sum(sizes.values())
+arch = meta.get("general.architecture", "")
+used = meta.get(f"{arch}.expert_used_count", 1) / meta.get(f"{arch}.expert_count", 1)
+per_token = sum(b * used if "_exps." in name else b for name, b in sizes.items())
 bw = [float(x) for x in open(os.path.join(out, "membw")).read().split()]
 roof = statistics.median(bw) * 1e9 / per_token
 l, o = statistics.median(llama["tg"]), statistics.median(ours["tg"])
