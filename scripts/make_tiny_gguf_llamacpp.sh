@@ -8,6 +8,7 @@
 # table of known pre-tokenizers is told to call it qwen2's.
 #
 # Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH...]   (default: qwen3_5 qwen3_5_moe)
+# (the tests also read lfm2, nemotron_h and nemotron_h_moe made by it)
 # Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,15 +41,39 @@ tok.train_from_iterator(['hello world this is a tiny tokenizer for tests ' * 20]
 tok.save(sys.argv[1] + '/tokenizer.json')
 json.dump({'tokenizer_class': 'Qwen2Tokenizer', 'eos_token': '<|endoftext|>'}, open(sys.argv[1] + '/tokenizer_config.json', 'w'))
 PYEOF
+    # llama.cpp writes Nemotron-H as `nemotron_h_moe` whenever its config has MoE keys, which
+    # transformers' config class always fills in (defaults): for the dense model the converter
+    # reads a copy of config.json without them, as it does when transformers cannot parse one,
+    # and with the block kinds as NVIDIA's configs spell them (its list form knows no "mlp").
+    raw=
+    if [ "$a" = nemotron_h ]; then
+      "$PY" - "$dir/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.pop('num_experts_per_tok')
+letter = {'linear_attention': 'M', 'full_attention': '*', 'mlp': '-'}
+types = c.pop('layers_block_type')
+c['hybrid_override_pattern'] = ''.join(letter[t] for t in types)
+c['num_hidden_layers'] = len(types)
+json.dump(c, open(sys.argv[1], 'w'))
+PYEOF
+      raw=1
+    fi
     # The Qwen3.5 family may carry multi-token-prediction layers; the others refuse the flag.
     case $a in qwen3*) mtp=--no-mtp ;; *) mtp= ;; esac
-    "$PY" - "$LLAMA" "$dir" --outtype f32 $mtp --outfile "$REPO/tests/data/tiny-gguf/$a.gguf" <<'PYEOF'
-import runpy, sys
+    RAW_CONFIG=$raw "$PY" - "$LLAMA" "$dir" --outtype f32 $mtp --outfile "$REPO/tests/data/tiny-gguf/$a.gguf" <<'PYEOF'
+import os, runpy, sys
 llama = sys.argv.pop(1)
 sys.path[:0] = [llama + '/gguf-py', llama]
 import conversion.base as base
 for cls in [c for c in vars(base).values() if isinstance(c, type) and hasattr(c, 'get_vocab_base_pre')]:
     cls.get_vocab_base_pre = lambda self, tokenizer: 'qwen2'  # the test tokenizer is unknown to its table
+if os.environ.get('RAW_CONFIG'):
+    class RawConfig:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            raise ValueError('read config.json as written')
+    base.AutoConfig = RawConfig
 sys.argv[0] = llama + '/convert_hf_to_gguf.py'
 runpy.run_path(sys.argv[0], run_name='__main__')
 PYEOF

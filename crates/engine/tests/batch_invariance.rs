@@ -213,6 +213,13 @@ fn nemotron_h_batch_invariance() {
 }
 
 #[test]
+fn nemotron_h_moe_batch_invariance() {
+    // Nemotron 3: Mamba-2, attention and mixture-of-experts blocks (sigmoid routing within the
+    // best group, plain relu² experts and a shared one).
+    batch_invariance("tiny/nemotron_h_moe");
+}
+
+#[test]
 fn granite_hybrid_batch_invariance() {
     // Granite 4: Mamba-2 and attention layers with routed and shared experts.
     batch_invariance("tiny/granite_hybrid");

@@ -26,6 +26,9 @@ pub struct Checkpoint {
     /// The file or directory the tensors came from, for error messages.
     pub origin: PathBuf,
     tensors: HashMap<String, (Weight, PathBuf)>,
+    /// `(to, from)` of a [`Checkpoint::rename_prefix`] that moved tensors, so a missing tensor
+    /// is named as the file would hold it.
+    renamed: Option<(String, String)>,
 }
 
 impl Checkpoint {
@@ -37,7 +40,7 @@ impl Checkpoint {
                 tensors.insert(name, (w, file.clone()));
             }
         }
-        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors })
+        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors, renamed: None })
     }
 
     /// Takes the tensors of an opened GGUF file, renamed to HF names.
@@ -53,7 +56,7 @@ impl Checkpoint {
             let w = g.weight(name).expect("listed tensor");
             tensors.insert(hf, (w, g.path.clone()));
         }
-        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors })
+        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors, renamed: None })
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -177,6 +180,9 @@ impl Checkpoint {
     pub fn rename_prefix(&mut self, from: &str, to: &str) {
         let from = format!("{from}.");
         let names: Vec<String> = self.tensors.keys().filter(|n| n.starts_with(&from)).cloned().collect();
+        if !names.is_empty() {
+            self.renamed = Some((format!("{to}."), from.clone()));
+        }
         for name in names {
             let entry = self.tensors.remove(&name).expect("listed");
             self.tensors.insert(format!("{to}.{}", &name[from.len()..]), entry);
@@ -184,7 +190,13 @@ impl Checkpoint {
     }
 
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
-        self.tensors.get(name).ok_or_else(|| Error::file(&self.origin, format!("tensor {name} is missing")))
+        self.tensors.get(name).ok_or_else(|| {
+            let stored = match &self.renamed {
+                Some((to, from)) if name.starts_with(to.as_str()) => format!("{from}{}", &name[to.len()..]),
+                _ => name.to_string(),
+            };
+            Error::file(&self.origin, format!("tensor {stored} is missing"))
+        })
     }
 }
 

@@ -119,22 +119,33 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     })?;
     let key = |k: &str| format!("{arch}.{k}");
     let req = |k: &str| g.require_u64(&key(k)).map(|v| v as usize);
+    // A count per layer in hybrids (0 where a layer has no attention or feed-forward): the
+    // largest is the model's.
+    let most = |k: &str| match g.get(&key(k)).and_then(|v| v.as_array()) {
+        Some(per_layer) => per_layer.iter().filter_map(|v| v.as_u64()).max().map(|v| v as usize),
+        None => g.get_u64(&key(k)).map(|v| v as usize),
+    };
     let hidden = req("embedding_length")?;
     let heads = req("attention.head_count")?;
-    let kv_heads = g.get_u64(&key("attention.head_count_kv")).map(|v| v as usize).unwrap_or(heads);
+    let kv_heads = most("attention.head_count_kv").unwrap_or(heads);
     let head_dim = g.get_u64(&key("attention.key_length")).map(|v| v as usize).unwrap_or(hidden / heads.max(1));
     let vocab = match g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
         Some(t) => t.len(),
         None => req("vocab_size")?,
     };
-    let eps = g.get_f64(&key("attention.layer_norm_rms_epsilon")).ok_or_else(|| {
-        Error::file(&g.path, format!("metadata key {} is missing", key("attention.layer_norm_rms_epsilon")))
-    })?;
+    // Nemotron-H's RMSNorms carry the plain `layer_norm_epsilon` key.
+    let eps = ["attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"]
+        .iter()
+        .find_map(|k| g.get_f64(&key(k)))
+        .ok_or_else(|| {
+            Error::file(&g.path, format!("metadata key {} is missing", key("attention.layer_norm_rms_epsilon")))
+        })?;
     let layers = req("block_count")?;
     let mut c = json!({
         "architectures": [spec.hf_class],
         "hidden_size": hidden,
-        "intermediate_size": req("feed_forward_length")?,
+        "intermediate_size": most("feed_forward_length")
+            .ok_or_else(|| Error::file(&g.path, format!("metadata key {} is missing", key("feed_forward_length"))))?,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,

@@ -114,26 +114,8 @@ fn feed_forward<'a>(
         (Version::V3, "noaux_tc") => Some(GroupScore::SumTop2),
         (_, other) => return Err(Error::msg(format!("config: topk_method {other:?} is not supported"))),
     };
-    let group_limit = match score {
-        None => None,
-        Some(score) => {
-            let g = GroupLimit { n_group: uint("n_group", 1)?, topk_group: uint("topk_group", 1)?, score };
-            if g.n_group == 0
-                || !c.num_experts.is_multiple_of(g.n_group)
-                || g.topk_group == 0
-                || g.topk_group > g.n_group
-            {
-                return Err(Error::msg(format!(
-                    "config: n_group ({}) must divide the {} experts and topk_group ({}) be between 1 and n_group",
-                    g.n_group, c.num_experts, g.topk_group
-                )));
-            }
-            Some(g)
-        }
-    };
-    let scale = get("routed_scaling_factor")
-        .map_or(Some(1.0), Value::as_f64)
-        .ok_or_else(|| Error::msg("config: routed_scaling_factor must be a number"))? as f32;
+    let group_limit = score.map(|score| GroupLimit::parse(config, c.num_experts, score)).transpose()?;
+    let scale = moe::routed_scaling_factor(config)?;
     let expert_inter = moe::config_usize(config, "moe_intermediate_size")?;
     let shared_inter = expert_inter * uint("n_shared_experts", 0)?;
     let routed =

@@ -14,8 +14,8 @@ use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_att
 use crate::error::{Error, Result};
 use crate::layers::RmsNorm;
 use crate::mamba2::{Mamba2, Mamba2Dims};
-use crate::mlp::FeedForward;
-use crate::moe::{MoeConfig, MoeNames, SharedExpert, SparseMoe};
+use crate::mlp::{Activation, FeedForward, GatedMlp};
+use crate::moe::{Expert, MoeConfig, MoeNames, SharedExpert, SparseMoe};
 use crate::norm::Norm;
 use serde_json::Value;
 use vllm_rs_kernels::ops;
@@ -82,7 +82,7 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
                 false,
             )?)
         };
-        let shared = SharedExpert::load(&ck, &p, "shared_mlp", hidden, shared_inter, None)?;
+        let shared = GatedMlp::load(&ck, &format!("{p}.shared_mlp"), hidden, shared_inter, Activation::Silu)?;
         let mlp = if experts > 0 {
             let moe = MoeConfig::parse(
                 &serde_json::json!({"num_experts": experts,
@@ -91,10 +91,10 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
             )?;
             let names = MoeNames { block: "block_sparse_moe", proj: ["gate_proj", "up_proj", "down_proj"] };
             let mut block = SparseMoe::load(&ck, &p, names, &moe, hidden, c.intermediate_size)?;
-            block.shared_expert = Some(shared);
+            block.shared_expert = Some(SharedExpert { mlp: Expert::Gated(shared), gate: None });
             FeedForward::Moe(Box::new(block))
         } else {
-            FeedForward::Gated(shared.mlp)
+            FeedForward::Gated(shared)
         };
         let norm = |name: &str| RmsNorm::load(&ck, &format!("{p}.{name}"), hidden, eps, 0.0).map(Norm::Rms);
         layers.push(DecoderLayer {

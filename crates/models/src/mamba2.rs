@@ -103,7 +103,8 @@ pub struct Mamba2Buffers {
 }
 
 impl Mamba2 {
-    /// Loads `{prefix}.in_proj`, `conv1d`, `A_log`, `dt_bias`, `D`, `norm`, `out_proj`.
+    /// Loads `{prefix}.in_proj`, `conv1d`, `A_log` (or `A`, already `−exp(A_log)`, as llama.cpp
+    /// stores it), `dt_bias`, `D`, `norm`, `out_proj`.
     pub fn load(
         ck: &Checkpoint,
         prefix: &str,
@@ -120,7 +121,10 @@ impl Mamba2 {
             in_proj: Linear::load(ck, &format!("{prefix}.in_proj"), dims.inner() + conv + nh, hidden, bias)?,
             conv_weight: vec("conv1d.weight", conv * dims.conv_kernel)?,
             conv_bias: if conv_bias { Some(vec("conv1d.bias", conv)?) } else { None },
-            neg_a: vec("A_log", nh)?.iter().map(|a| -a.exp()).collect(),
+            neg_a: match ck.optional_vector(&format!("{prefix}.A"), nh)? {
+                Some(a) => a,
+                None => vec("A_log", nh)?.iter().map(|a| -a.exp()).collect(),
+            },
             dt_bias: vec("dt_bias", nh)?,
             d: vec("D", nh)?,
             time_step_min,

@@ -1,7 +1,8 @@
 //! The sparse mixture-of-experts feed-forward block (Qwen2/3-MoE, Mixtral, OLMoE): a router
-//! scores every expert per token, each token runs through its `top_k` experts (SwiGLU MLPs) and
-//! their outputs are summed, weighted by the router's probabilities. Qwen2-MoE adds a shared
-//! expert that every token runs through, scaled by a sigmoid gate.
+//! scores every expert per token, each token runs through its `top_k` experts (SwiGLU MLPs, or
+//! plain `act(up) → down` MLPs in Nemotron-H) and their outputs are summed, weighted by the
+//! router's probabilities. Qwen2-MoE adds a shared expert that every token runs through, scaled
+//! by a sigmoid gate.
 //!
 //! Execution is grouped by expert: one matmul per active expert over the rows routed to it
 //! (gather → MLP → scale into the token's own `(token, rank)` slot), never a loop over all
@@ -13,9 +14,9 @@ use crate::checkpoint::{Checkpoint, Format};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::layers::Linear;
-use crate::mlp::{Activation, FeedForward, GatedMlp};
+use crate::mlp::{Activation, FeedForward, GatedMlp, Mlp};
 use serde_json::Value;
-use vllm_rs_kernels::{Weight, ops};
+use vllm_rs_kernels::ops;
 
 /// The MoE fields of a config, as the HF families spell them.
 #[derive(Clone, Debug)]
@@ -89,10 +90,26 @@ pub struct MoeNames {
 /// The names of Qwen, OLMoE, and of any family read from GGUF (the loader maps `*_exps` there).
 pub const MOE_NAMES: MoeNames = MoeNames { block: "mlp", proj: ["gate_proj", "up_proj", "down_proj"] };
 
+/// One expert's MLP: SwiGLU (most families) or `act(up)` → down (Nemotron-H's `relu²`).
+pub enum Expert {
+    Gated(GatedMlp),
+    Plain(Mlp),
+}
+
+impl Expert {
+    /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
+    pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
+        match self {
+            Expert::Gated(mlp) => mlp.forward(x, m, gate, up, out),
+            Expert::Plain(mlp) => mlp.forward(x, m, gate, out),
+        }
+    }
+}
+
 /// An always-on expert: `mlp(x)`, scaled by `sigmoid(gate · x)` where it has a gate (Qwen2-MoE;
-/// DeepSeek's shared experts have none).
+/// DeepSeek's and Nemotron-H's shared experts have none).
 pub struct SharedExpert {
-    pub mlp: GatedMlp,
+    pub mlp: Expert,
     pub gate: Option<Linear>,
 }
 
@@ -107,7 +124,7 @@ impl SharedExpert {
         gate: Option<&str>,
     ) -> Result<Self> {
         Ok(SharedExpert {
-            mlp: GatedMlp::load(ck, &format!("{prefix}.{module}"), hidden, inter, Activation::Silu)?,
+            mlp: Expert::Gated(GatedMlp::load(ck, &format!("{prefix}.{module}"), hidden, inter, Activation::Silu)?),
             gate: gate.map(|g| Linear::load(ck, &format!("{prefix}.{g}"), 1, hidden, false)).transpose()?,
         })
     }
@@ -120,6 +137,22 @@ pub struct GroupLimit {
     pub n_group: usize,
     pub topk_group: usize,
     pub score: GroupScore,
+}
+
+impl GroupLimit {
+    /// `n_group` and `topk_group` of `config` (1 when absent), checked against `num_experts`.
+    pub fn parse(config: &Value, num_experts: usize, score: GroupScore) -> Result<Self> {
+        let uint = |k: &str| config.get(k).filter(|v| !v.is_null()).map_or(Ok(1), |_| config_usize(config, k));
+        let g = GroupLimit { n_group: uint("n_group")?, topk_group: uint("topk_group")?, score };
+        if g.n_group == 0 || !num_experts.is_multiple_of(g.n_group) || g.topk_group == 0 || g.topk_group > g.n_group {
+            return Err(Error::msg(format!(
+                "config: n_group ({}) must divide the {num_experts} experts and topk_group ({}) be between 1 and \
+                 n_group",
+                g.n_group, g.topk_group
+            )));
+        }
+        Ok(g)
+    }
 }
 
 /// What a group scores: its best expert (V2's `group_limited_greedy`), or its best two
@@ -141,7 +174,7 @@ pub enum Scoring {
 pub struct SparseMoe {
     /// The router: `hidden → num_experts` logits.
     pub gate: Linear,
-    pub experts: Vec<GatedMlp>,
+    pub experts: Vec<Expert>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
     pub scoring: Scoring,
@@ -221,6 +254,16 @@ pub fn config_from_gguf(g: &GgufFile, c: &mut Value, norm_topk_prob: bool) -> Re
     Ok(())
 }
 
+/// `routed_scaling_factor` (DeepSeek, Nemotron-H), 1 when absent.
+pub fn routed_scaling_factor(config: &Value) -> Result<f32> {
+    match config.get("routed_scaling_factor").filter(|v| !v.is_null()) {
+        None => Ok(1.0),
+        Some(v) => {
+            v.as_f64().map(|f| f as f32).ok_or_else(|| Error::msg("config: routed_scaling_factor must be a number"))
+        }
+    }
+}
+
 /// A required integer config key.
 pub fn config_usize(config: &Value, key: &str) -> Result<usize> {
     config
@@ -228,6 +271,28 @@ pub fn config_usize(config: &Value, key: &str) -> Result<usize> {
         .and_then(Value::as_u64)
         .map(|n| n as usize)
         .ok_or_else(|| Error::msg(format!("config: missing field `{key}` (a non-negative integer)")))
+}
+
+/// Projection `proj` of the `n` experts under `p`, ready for matmul: `down` ones are
+/// `hidden × inter`, the others `inter × hidden`; from the 3-D `{p}.experts.{proj}.weight` of
+/// GGUF, or `{p}.experts.N.{proj}.weight` each.
+fn expert_linears(
+    ck: &Checkpoint,
+    p: &str,
+    proj: &str,
+    n: usize,
+    hidden: usize,
+    inter: usize,
+    down: bool,
+) -> Result<Vec<Linear>> {
+    let (rows, cols) = if down { (hidden, inter) } else { (inter, hidden) };
+    let fused = format!("{p}.experts.{proj}.weight");
+    let weights = if ck.contains(&fused) {
+        ck.experts(&fused, n, rows, cols)?
+    } else {
+        (0..n).map(|e| ck.matrix(&format!("{p}.experts.{e}.{proj}.weight"), rows, cols)).collect::<Result<_>>()?
+    };
+    Ok(weights.into_iter().map(|w| Linear { weight: w.for_matmul(), bias: None }).collect())
 }
 
 /// One token's expert choice: its scores, its groups' scores, what was picked.
@@ -240,7 +305,7 @@ struct Choice {
 
 impl SparseMoe {
     /// Loads layer `prefix`'s block (`{prefix}.{block}.gate`, `.experts.N.{proj}` or the 3-D
-    /// `.experts.{proj}` of GGUF), experts `inter` wide.
+    /// `.experts.{proj}` of GGUF), SwiGLU experts `inter` wide.
     pub fn load(
         ck: &Checkpoint,
         prefix: &str,
@@ -250,30 +315,39 @@ impl SparseMoe {
         inter: usize,
     ) -> Result<Self> {
         let p = format!("{prefix}.{}", names.block);
-        let n = c.num_experts;
-        let [g, u, d] = names.proj.map(|proj| {
-            let fused = format!("{p}.experts.{proj}.weight");
-            let (rows, cols) = if proj == names.proj[2] { (hidden, inter) } else { (inter, hidden) };
-            if ck.contains(&fused) {
-                ck.experts(&fused, n, rows, cols)
-            } else {
-                (0..n).map(|e| ck.matrix(&format!("{p}.experts.{e}.{proj}.weight"), rows, cols)).collect()
-            }
-        });
-        let linear = |w: Weight| Linear { weight: w.for_matmul(), bias: None };
+        let [g, u, d] =
+            names.proj.map(|proj| expert_linears(ck, &p, proj, c.num_experts, hidden, inter, proj == names.proj[2]));
         let experts = g?
             .into_iter()
             .zip(u?)
             .zip(d?)
-            .map(|((g, u), d)| GatedMlp {
-                gate_proj: linear(g),
-                up_proj: linear(u),
-                down_proj: linear(d),
-                act: Activation::Silu,
+            .map(|((gate_proj, up_proj), down_proj)| {
+                Expert::Gated(GatedMlp { gate_proj, up_proj, down_proj, act: Activation::Silu })
             })
             .collect();
+        Self::routing(ck, &p, c, hidden, experts)
+    }
+
+    /// [`SparseMoe::load`] for plain experts: `act(up_proj)` → `down_proj` (Nemotron-H).
+    pub fn load_plain(
+        ck: &Checkpoint,
+        p: &str,
+        c: &MoeConfig,
+        [hidden, inter]: [usize; 2],
+        act: Activation,
+    ) -> Result<Self> {
+        let n = c.num_experts;
+        let up = expert_linears(ck, p, "up_proj", n, hidden, inter, false)?;
+        let down = expert_linears(ck, p, "down_proj", n, hidden, inter, true)?;
+        let experts = up.into_iter().zip(down).map(|(fc1, fc2)| Expert::Plain(Mlp { fc1, fc2, act })).collect();
+        Self::routing(ck, p, c, hidden, experts)
+    }
+
+    /// The block around `experts`: the router `{p}.gate` and softmax top-k routing (families
+    /// change the rest after loading).
+    fn routing(ck: &Checkpoint, p: &str, c: &MoeConfig, hidden: usize, experts: Vec<Expert>) -> Result<Self> {
         Ok(SparseMoe {
-            gate: Linear::load(ck, &format!("{p}.gate"), n, hidden, false)?,
+            gate: Linear::load(ck, &format!("{p}.gate"), c.num_experts, hidden, false)?,
             experts,
             top_k: c.num_experts_per_tok,
             norm_topk_prob: c.norm_topk_prob,
@@ -427,6 +501,7 @@ fn top2_sum(x: &[f32]) -> f32 {
 mod tests {
     use super::*;
     use serde_json::json;
+    use vllm_rs_kernels::Weight;
 
     #[test]
     fn sparse_layers_follow_step_and_mlp_only_layers() {
@@ -470,11 +545,13 @@ mod tests {
             Linear { weight: Weight::from_f32(rows, cols, &v).for_matmul(), bias: None }
         };
         let experts = (0..n)
-            .map(|_| GatedMlp {
-                gate_proj: rand(inter, hidden),
-                up_proj: rand(inter, hidden),
-                down_proj: rand(hidden, inter),
-                act: Activation::Silu,
+            .map(|_| {
+                Expert::Gated(GatedMlp {
+                    gate_proj: rand(inter, hidden),
+                    up_proj: rand(inter, hidden),
+                    down_proj: rand(hidden, inter),
+                    act: Activation::Silu,
+                })
             })
             .collect();
         SparseMoe {

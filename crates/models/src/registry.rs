@@ -28,6 +28,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::qwen3_next::QWEN3_NEXT,
     &crate::lfm2::LFM2,
     &crate::nemotron_h::NEMOTRON_H,
+    &crate::nemotron_h::NEMOTRON_H_MOE,
     &crate::granite_hybrid::GRANITE_MOE_HYBRID,
 ];
 
@@ -53,7 +54,7 @@ pub fn text_model_of(config: &Value) -> Option<(Value, &'static str)> {
     Some((text, prefix))
 }
 
-/// The spec of an HF class name.
+/// The spec of an HF class name (the first, where a class has variants that load alike).
 pub fn by_class(class: &str) -> Option<&'static ArchSpec> {
     ARCHS.iter().copied().find(|a| a.hf_class == class)
 }

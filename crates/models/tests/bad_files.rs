@@ -204,6 +204,7 @@ fn bad_moe_checkpoints_and_configs() {
     for (arch, gone) in [
         ("qwen3_moe", "model.layers.1.mlp.experts.5.up_proj.weight"),
         ("mixtral", "model.layers.0.block_sparse_moe.experts.3.w2.weight"),
+        ("nemotron_h_moe", "backbone.layers.5.mixer.experts.6.down_proj.weight"),
     ] {
         let d = scratch_dir(&format!("{arch}-missing-expert"));
         copy_model_dir(&tiny(arch), &d);
@@ -231,6 +232,21 @@ fn bad_moe_checkpoints_and_configs() {
         ("num_experts_per_tok", json!(9), &["num_experts_per_tok (9)", "number of experts (8)"][..]),
         ("num_experts", serde_json::Value::Null, &["num_experts"][..]),
         ("clip_qkv", json!(8.0), &["clip_qkv", "not supported"][..]),
+    ] {
+        let mut bad = v.clone();
+        bad[key] = value;
+        std::fs::write(&cfg, bad.to_string()).unwrap();
+        expect_err(&d, &cfg, words);
+    }
+
+    // Nemotron-H: groups that do not divide the experts; the latent projection (Nemotron 3 Super).
+    let d = scratch_dir("nemotron-moe-config");
+    copy_model_dir(&tiny("nemotron_h_moe"), &d);
+    let cfg = d.join("config.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    for (key, value, words) in [
+        ("n_group", json!(3), &["n_group (3)", "8 experts"][..]),
+        ("moe_latent_size", json!(32), &["moe_latent_size", "not supported"][..]),
     ] {
         let mut bad = v.clone();
         bad[key] = value;

@@ -209,9 +209,13 @@ fn gemma3() {
 /// forward on each must equal our forward on the safetensors it came from.
 #[test]
 fn hybrids_converted_by_llama_cpp() {
-    for (arch, class) in
-        [("qwen3_5", "Qwen3_5ForCausalLM"), ("qwen3_5_moe", "Qwen3_5MoeForCausalLM"), ("lfm2", "Lfm2ForCausalLM")]
-    {
+    for (arch, class) in [
+        ("qwen3_5", "Qwen3_5ForCausalLM"),
+        ("qwen3_5_moe", "Qwen3_5MoeForCausalLM"),
+        ("lfm2", "Lfm2ForCausalLM"),
+        ("nemotron_h", "NemotronHForCausalLM"),
+        ("nemotron_h_moe", "NemotronHForCausalLM"),
+    ] {
         let st = vllm_rs_models::load(&test_data(&format!("data/tiny/{arch}"))).unwrap_or_else(|e| panic!("{e}"));
         let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
         let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));

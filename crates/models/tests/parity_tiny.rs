@@ -169,6 +169,11 @@ fn nemotron_h() {
 }
 
 #[test]
+fn nemotron_h_moe() {
+    check_arch("nemotron_h_moe", "NemotronHForCausalLM");
+}
+
+#[test]
 fn granite_hybrid() {
     check_arch("granite_hybrid", "GraniteMoeHybridForCausalLM");
 }
