@@ -137,7 +137,7 @@ pub struct ToolArgs {
     pub enable_auto_tool_choice: bool,
 
     /// How the model writes tool calls: hermes (Qwen2.5, Hermes), llama3_json, mistral, pythonic,
-    /// qwen3_coder (Qwen3-Coder, Qwen3.5 XML), deepseek_v3, granite.
+    /// qwen3_coder (Qwen3-Coder, Qwen3.5 XML), deepseek_v3, granite, openai (gpt-oss harmony).
     #[arg(long, value_name = "NAME")]
     pub tool_call_parser: Option<String>,
 
@@ -145,7 +145,8 @@ pub struct ToolArgs {
     #[arg(long, value_name = "PATH")]
     pub tool_parser_plugin: Option<String>,
 
-    /// Split the model's thinking into `reasoning`: qwen3, deepseek_r1, granite.
+    /// Split the model's thinking into `reasoning`: qwen3, deepseek_r1, granite, openai_gptoss
+    /// (gpt-oss harmony; alias gpt_oss).
     #[arg(long, value_name = "NAME")]
     pub reasoning_parser: Option<String>,
 
@@ -166,7 +167,7 @@ impl ToolArgs {
             return Err("When `--enable-auto-tool-choice` is set, `--tool-call-parser` must be set".into());
         }
         if let Some(p) = &self.tool_call_parser {
-            vllm_rs_server::tool_parsers::by_name(p, &[]).map_err(|e| format!("--tool-call-parser: {e}"))?;
+            vllm_rs_server::tool_parsers::check_name(p).map_err(|e| format!("--tool-call-parser: {e}"))?;
         }
         if let Some(p) = self.reasoning_parser.as_deref().filter(|p| !vllm_rs_server::reasoning::NAMES.contains(p)) {
             return Err(format!(

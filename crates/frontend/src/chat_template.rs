@@ -156,7 +156,13 @@ fn normalize_messages(messages: &serde_json::Value) -> Result<Vec<serde_json::Va
 
 /// Python's `json.dumps(value, ensure_ascii=False)`: how vLLM writes tool-call arguments.
 pub fn py_json_dumps(value: &serde_json::Value) -> String {
-    dumps(&Value::from_serialize(value), &JsonOptions::new(false, None, None, false))
+    py_json_dumps_with(value, false)
+}
+
+/// Python's `json.dumps(value, ensure_ascii=...)` (vLLM's harmony parser keeps the default,
+/// `True`: non-ASCII characters as `\uXXXX` escapes).
+pub fn py_json_dumps_with(value: &serde_json::Value, ensure_ascii: bool) -> String {
+    dumps(&Value::from_serialize(value), &JsonOptions::new(ensure_ascii, None, None, false))
         .expect("a JSON value always serializes")
 }
 

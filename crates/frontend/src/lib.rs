@@ -14,7 +14,7 @@ mod strftime;
 mod tokenizer;
 mod tokenizer_config;
 
-pub use chat_template::{ChatTemplate, py_json_dumps};
+pub use chat_template::{ChatTemplate, py_json_dumps, py_json_dumps_with};
 pub use detokenizer::IncrementalDetokenizer;
 pub use error::{Error, Result};
 pub use generation_config::GenerationConfig;

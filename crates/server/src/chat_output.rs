@@ -1,7 +1,9 @@
 //! What a chat choice's generated text becomes: reasoning split off (`--reasoning-parser`),
 //! tool calls found (constrained `required` / named choices, or `auto` through the tool parser),
-//! the rest content — for a whole response, or delta by delta for a stream.
+//! the rest content — for a whole response, or delta by delta for a stream. gpt-oss's harmony
+//! output with the `openai` parser is read once for all three ([`crate::harmony`]).
 
+use crate::harmony;
 use crate::reasoning::{ReasoningParser, ReasoningStream};
 use crate::tool_parsers::{self, CallDelta, ToolParser, ToolStream};
 use crate::tools::{ToolCall, ToolChoice, ToolSetup, tool_call_id};
@@ -38,8 +40,33 @@ impl OutputPlan {
         self.tools.as_ref().map_or(&ToolChoice::None, |t| &t.choice)
     }
 
+    /// Whether the output is read as gpt-oss's harmony messages: their markers are special
+    /// tokens, which the chat path then keeps in the text (`skip_special_tokens` off).
+    pub fn reads_harmony(&self) -> bool {
+        matches!(self.reasoning, Some((ReasoningParser::GptOss, _))) || self.harmony_calls()
+    }
+
+    /// `auto` calls by the `openai` parser: one reading of the harmony messages gives the
+    /// reasoning (with the gpt-oss reasoning parser only, as vLLM), the content and the calls.
+    fn harmony_calls(&self) -> bool {
+        matches!(self.choice(), ToolChoice::Auto) && self.auto_parser.as_deref() == Some(tool_parsers::HARMONY)
+    }
+
+    /// Whether harmony reasoning goes out with the `openai` parser's calls.
+    fn harmony_reasoning(&self) -> bool {
+        self.include_reasoning && matches!(self.reasoning, Some((ReasoningParser::GptOss, _)))
+    }
+
     /// The message of a finished choice whose whole text is `text`.
     pub fn message(&self, text: &str) -> Message {
+        if self.harmony_calls() {
+            let p = harmony::parse(text);
+            return Message {
+                content: p.content,
+                reasoning: p.reasoning.filter(|_| self.harmony_reasoning()),
+                tool_calls: p.calls.into_iter().map(|c| ToolCall::new(c.name, c.arguments)).collect(),
+            };
+        }
         let (reasoning, answer) = match self.reasoning {
             Some((p, at_start)) => p.split(text, at_start),
             None => (None, Some(text.to_string())),
@@ -79,7 +106,9 @@ impl OutputPlan {
 
     /// A choice's stream state.
     pub fn stream(&self) -> ChoiceStream {
+        let harmony_calls = self.harmony_calls();
         let tools = match (self.choice(), &self.tools) {
+            _ if harmony_calls => StreamTools::Harmony { stream: Box::default(), reasoning: self.harmony_reasoning() },
             (ToolChoice::Auto, _) => match self.auto_parser() {
                 Some(p) => StreamTools::Auto(ToolStream::new(p)),
                 None => StreamTools::Plain,
@@ -89,7 +118,7 @@ impl OutputPlan {
             _ => StreamTools::Plain,
         };
         ChoiceStream {
-            reasoning: self.reasoning.map(|(p, at_start)| p.stream(at_start)),
+            reasoning: self.reasoning.filter(|_| !harmony_calls).map(|(p, at_start)| p.stream(at_start)),
             include_reasoning: self.include_reasoning,
             tools,
             called: false,
@@ -100,6 +129,11 @@ impl OutputPlan {
 enum StreamTools {
     Plain,
     Auto(ToolStream),
+    /// Harmony messages: reasoning (when it goes out), content and calls.
+    Harmony {
+        stream: Box<harmony::Stream>,
+        reasoning: bool,
+    },
     /// The arguments stream as the model writes them (the grammar keeps them valid).
     Named {
         name: String,
@@ -154,6 +188,14 @@ impl ChoiceStream {
                 let d = ts.push(&answer, finished);
                 out.content = d.content;
                 out.tool_calls.extend(d.calls.iter().map(call_delta_json));
+            }
+            StreamTools::Harmony { stream, reasoning } => {
+                let step = stream.push(&answer, finished);
+                if *reasoning {
+                    out.reasoning = step.reasoning;
+                }
+                out.content = step.content;
+                out.tool_calls = step.calls;
             }
             StreamTools::Named { name, started } => {
                 if !*started && !answer.is_empty() {
@@ -290,6 +332,45 @@ mod tests {
             let (r, c, _) = streamed(&p, text, at);
             assert_eq!((r.as_str(), c.as_str()), (" add them.\n", " 3"), "split at {at}");
         }
+    }
+
+    /// gpt-oss: thinking, a preamble and a call, read as harmony messages whole and streamed.
+    #[test]
+    fn harmony_reasoning_preamble_and_call_stream_as_the_whole_message() {
+        let text = "<|channel|>analysis<|message|>Need add.<|end|><|start|>assistant<|channel|>commentary<|message|>Adding.<|end|><|start|>assistant to=functions.add<|channel|>commentary <|constrain|>json<|message|>{\"a\":1}<|call|>";
+        let harmony = |reasoning: bool, choice: Value| OutputPlan {
+            reasoning: reasoning.then_some((ReasoningParser::GptOss, false)),
+            auto_parser: Some("openai".into()),
+            ..plan(choice)
+        };
+        let add = |args: &str| vec![("add".to_string(), args.to_string())];
+        let p = harmony(true, json!("auto"));
+        assert!(p.reads_harmony());
+        let m = p.message(text);
+        assert_eq!((m.reasoning.as_deref(), m.content.as_deref()), (Some("Need add."), Some("Adding.")));
+        assert_eq!((m.tool_calls[0].name.as_str(), m.tool_calls[0].arguments.as_str()), ("add", r#"{"a": 1}"#));
+        assert_eq!(p.finish_reason(true, Some("stop")), Some("tool_calls"));
+        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (r, c, calls) = streamed(&p, text, at);
+            assert_eq!((r.as_str(), c.as_str(), calls), ("Need add.", "Adding.", add(r#"{"a":1}"#)), "split at {at}");
+        }
+        // No reasoning parser, or `include_reasoning: false`: no reasoning (as vLLM).
+        for p in
+            [harmony(false, json!("auto")), OutputPlan { include_reasoning: false, ..harmony(true, json!("auto")) }]
+        {
+            assert_eq!(p.message(text).reasoning, None);
+            assert_eq!(streamed(&p, text, 20).0, "");
+        }
+        // The reasoning parser alone (or `tool_choice: "none"`): no calls, the rest is the same.
+        for p in [OutputPlan { auto_parser: None, ..harmony(true, json!("auto")) }, harmony(true, json!("none"))] {
+            assert!(p.reads_harmony());
+            let m = p.message(text);
+            assert_eq!((m.reasoning.as_deref(), m.content.as_deref()), (Some("Need add."), Some("Adding.")));
+            assert!(m.tool_calls.is_empty());
+            let (r, c, calls) = streamed(&p, text, 30);
+            assert_eq!((r.as_str(), c.as_str(), calls.len()), ("Need add.", "Adding.", 0));
+        }
+        assert!(!harmony(false, json!("none")).reads_harmony(), "the openai parser reads only `auto` outputs");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod config;
 pub mod connections;
 pub mod errors;
 pub mod generation;
+pub mod harmony;
 pub mod json_body;
 pub mod metrics;
 pub mod orca;

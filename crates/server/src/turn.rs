@@ -393,37 +393,48 @@ mod tests {
     }
 
     /// Chat's stream of a reasoning model that calls a tool, cut at every place, gives the same
-    /// blocks: thinking, text, the call.
+    /// blocks: thinking, text, the call (Qwen3 with hermes; gpt-oss's harmony messages).
     #[test]
     fn a_streamed_choice_becomes_the_same_blocks_wherever_it_is_cut() {
         use crate::chat_output::OutputPlan;
         use crate::reasoning::ReasoningParser;
         let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]);
-        let plan = OutputPlan {
-            reasoning: Some((ReasoningParser::Qwen3, false)),
+        let plan = |reasoning, parser: &str| OutputPlan {
+            reasoning: Some((reasoning, false)),
             include_reasoning: true,
             tools: crate::tools::parse(Some(&tools), Some(&json!("auto")), None, true).unwrap(),
-            auto_parser: Some("hermes".into()),
+            auto_parser: Some(parser.into()),
         };
-        let text =
-            "<think>need add</think>\n\nOk.<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
-        for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
-            let (mut choice, mut blocks) = (plan.stream(), Blocks::default());
-            let mut ev = blocks.push(choice.push(&text[..at], false));
-            ev.extend(blocks.push(choice.push(&text[at..], true)));
-            ev.extend(blocks.close());
-            let stops: Vec<_> = ev
-                .iter()
-                .filter_map(|e| match e {
-                    TurnEvent::Stop(Block::Call { name, .. }, t) => Some((format!("call {name}"), t.clone())),
-                    TurnEvent::Stop(b, t) => Some((format!("{b:?}"), t.clone())),
-                    _ => None,
-                })
-                .collect();
-            let want = [("Reasoning", "need add"), ("Text", "\n\nOk."), ("call add", "{\"a\": 1}")];
-            assert_eq!(stops, want.map(|(a, b)| (a.to_string(), b.to_string())), "cut at {at}");
-            let starts = ev.iter().filter(|e| matches!(e, TurnEvent::Start(_))).count();
-            assert_eq!(starts, 3, "cut at {at}: {ev:?}");
+        for (plan, text, args) in [
+            (
+                plan(ReasoningParser::Qwen3, "hermes"),
+                "<think>need add</think>\n\nOk.<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+                "{\"a\": 1}",
+            ),
+            (
+                plan(ReasoningParser::GptOss, "openai"),
+                "<|channel|>analysis<|message|>need add<|end|><|start|>assistant<|channel|>commentary<|message|>\n\nOk.<|end|><|start|>assistant to=functions.add<|channel|>commentary json<|message|>{\"a\":1}<|call|>",
+                "{\"a\":1}",
+            ),
+        ] {
+            for at in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+                let (mut choice, mut blocks) = (plan.stream(), Blocks::default());
+                let mut ev = blocks.push(choice.push(&text[..at], false));
+                ev.extend(blocks.push(choice.push(&text[at..], true)));
+                ev.extend(blocks.close());
+                let stops: Vec<_> = ev
+                    .iter()
+                    .filter_map(|e| match e {
+                        TurnEvent::Stop(Block::Call { name, .. }, t) => Some((format!("call {name}"), t.clone())),
+                        TurnEvent::Stop(b, t) => Some((format!("{b:?}"), t.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                let want = [("Reasoning", "need add"), ("Text", "\n\nOk."), ("call add", args)];
+                assert_eq!(stops, want.map(|(a, b)| (a.to_string(), b.to_string())), "cut at {at} of {text:?}");
+                let starts = ev.iter().filter(|e| matches!(e, TurnEvent::Start(_))).count();
+                assert_eq!(starts, 3, "cut at {at}: {ev:?}");
+            }
         }
     }
 

@@ -1,5 +1,5 @@
-//! Reasoning parsers (`--reasoning-parser`): split a model's thinking (`<think>...</think>`)
-//! from its answer. The thinking goes to `message.reasoning` / `delta.reasoning` (vLLM's field
+//! Reasoning parsers (`--reasoning-parser`): split a model's thinking (`<think>...</think>`,
+//! or gpt-oss's `analysis` channel, see [`crate::harmony`]) from its answer. The thinking goes to `message.reasoning` / `delta.reasoning` (vLLM's field
 //! name), the rest to `content`; tool parsing and structured output apply to the answer only.
 
 mod granite;
@@ -14,7 +14,7 @@ const START: &str = "<think>";
 const END: &str = "</think>";
 
 /// The parsers this server has, by vLLM's names.
-pub const NAMES: &[&str] = &["qwen3", "deepseek_r1", "granite"];
+pub const NAMES: &[&str] = &["qwen3", "deepseek_r1", "granite", "openai_gptoss", "gpt_oss"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReasoningParser {
@@ -26,6 +26,9 @@ pub enum ReasoningParser {
     /// IBM Granite 3.2: plain-text markers (see [`granite`]); no marker tokens, so a grammar
     /// applies from the output's start and there is no thinking budget.
     Granite,
+    /// gpt-oss (`openai_gptoss`, alias `gpt_oss`): the `analysis` channel of its harmony
+    /// messages; the content is its `final` and preamble messages (see [`crate::harmony`]).
+    GptOss,
 }
 
 /// Token ids of the think markers, for the engine (structured output starts after the end).
@@ -43,8 +46,16 @@ impl ReasoningParser {
             "qwen3" => ReasoningParser::Qwen3,
             "deepseek_r1" => ReasoningParser::DeepSeekR1,
             "granite" => return Ok((ReasoningParser::Granite, None)),
-            "gpt_oss" | "deepseek_v3" | "glm45" | "hunyuan_a13b" | "mistral" | "step3" | "ernie45" | "olmo3"
-            | "minimax_m2" | "seed_oss" | "kimi_k2" => {
+            // Harmony ends its thinking with a header, not one token: no think tokens.
+            "openai_gptoss" | "gpt_oss" => {
+                crate::tool_parsers::check_tokenizer(crate::tool_parsers::HARMONY, |t| {
+                    tokenizer.token_to_id(t).is_some()
+                })
+                .map_err(|e| format!("reasoning parser {name:?}: {e}"))?;
+                return Ok((ReasoningParser::GptOss, None));
+            }
+            "deepseek_v3" | "glm45" | "hunyuan_a13b" | "mistral" | "step3" | "ernie45" | "olmo3" | "minimax_m2"
+            | "seed_oss" | "kimi_k2" => {
                 return Err(format!(
                     "reasoning parser {name:?} is not implemented yet; available: {}",
                     NAMES.join(", ")
@@ -77,14 +88,20 @@ impl ReasoningParser {
     pub fn stream(self, thinking_at_start: bool) -> ReasoningStream {
         match self {
             ReasoningParser::Granite => ReasoningStream::Granite(granite::GraniteStream::new()),
+            ReasoningParser::GptOss => ReasoningStream::Harmony(Box::default()),
             _ => ReasoningStream::Think(ThinkStream::new(thinking_at_start)),
         }
     }
 
     /// Splits a finished output into (reasoning, content).
     pub fn split(self, text: &str, thinking_at_start: bool) -> (Option<String>, Option<String>) {
-        if self == ReasoningParser::Granite {
-            return granite::split(text);
+        match self {
+            ReasoningParser::Granite => return granite::split(text),
+            ReasoningParser::GptOss => {
+                let p = crate::harmony::parse(text);
+                return (p.reasoning, p.content);
+            }
+            _ => {}
         }
         let trimmed = text.trim_start();
         let (opened, body) = match trimmed.strip_prefix(START) {
@@ -155,6 +172,7 @@ impl ReasoningFields {
 pub enum ReasoningStream {
     Think(ThinkStream),
     Granite(granite::GraniteStream),
+    Harmony(Box<crate::harmony::Stream>),
 }
 
 impl ReasoningStream {
@@ -163,6 +181,10 @@ impl ReasoningStream {
         match self {
             ReasoningStream::Think(s) => s.push(piece, finished),
             ReasoningStream::Granite(s) => s.push(piece, finished),
+            ReasoningStream::Harmony(s) => {
+                let step = s.push(piece, finished);
+                (step.reasoning, step.content)
+            }
         }
     }
 }

@@ -114,6 +114,10 @@ pub(crate) fn prepare(
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let output = constrain(&mut plan, obj, tools, &rendered.prompt.ids, state, &model)?;
     let output = OutputPlan { include_reasoning: req.include_reasoning.unwrap_or(true), ..output };
+    if output.reads_harmony() {
+        // Harmony's markers are special tokens: the parser reads them in the text.
+        plan.output.skip_special_tokens = false;
+    }
     let role = if add_generation_prompt {
         state.config.response_role.clone()
     } else {

@@ -8,6 +8,9 @@
 //! whole, once it is closed). A stream's calls are the non-streaming response's
 //! calls (`hermes`: the same JSON values in the model's own spacing; where vLLM's stream sends
 //! a call the whole parse then rejects, so does this one).
+//!
+//! `openai` (gpt-oss) is not one of these: its calls are harmony messages, read together with
+//! the reasoning and the content ([`crate::harmony`], chosen in [`crate::chat_output`]).
 
 mod deepseek_v3;
 mod granite;
@@ -64,13 +67,16 @@ pub trait ToolParser: Send + Sync {
 }
 
 /// The parsers this server has, by vLLM's names.
-pub const NAMES: &[&str] = &["hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder", "deepseek_v3", "granite"];
+pub const NAMES: &[&str] =
+    &["hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder", "deepseek_v3", "granite", HARMONY];
+
+/// gpt-oss's parser: its output is read as harmony messages, not by a [`ToolParser`].
+pub const HARMONY: &str = "openai";
 
 /// vLLM's parser names that are not implemented here (refused at start with a clear message).
 const NOT_YET: &[&str] = &[
     "qwen3_xml",
     "deepseek_v31",
-    "openai",
     "llama4_json",
     "llama4_pythonic",
     "granite-20b-fc",
@@ -97,11 +103,20 @@ pub fn by_name(name: &str, tools: &[Value]) -> Result<Box<dyn ToolParser>, Strin
         "qwen3_coder" => Box::new(qwen3_coder::Qwen3Coder::new(tools)),
         "deepseek_v3" => Box::new(deepseek_v3::DeepSeekV3),
         "granite" => Box::new(granite::Granite),
+        HARMONY => return Err(format!("the {HARMONY} tool call parser reads harmony messages, not plain text")),
         n if NOT_YET.contains(&n) => {
             return Err(format!("tool call parser {n:?} is not implemented yet; available: {}", NAMES.join(", ")));
         }
         n => return Err(format!("unknown tool call parser {n:?}; available: {}", NAMES.join(", "))),
     })
+}
+
+/// Checks a `--tool-call-parser` name: one of [`NAMES`].
+pub fn check_name(name: &str) -> Result<(), String> {
+    match name {
+        HARMONY => Ok(()),
+        n => by_name(n, &[]).map(|_| ()),
+    }
 }
 
 /// Checks, at start-up, that the model's tokenizer has the tokens parser `name` needs (vLLM's
@@ -110,6 +125,7 @@ pub fn check_tokenizer(name: &str, has_token: impl Fn(&str) -> bool) -> Result<(
     let needed: &[&str] = match name {
         "qwen3_coder" => &["<tool_call>", "</tool_call>"],
         "deepseek_v3" => &["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"],
+        HARMONY => &["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>"],
         _ => &[],
     };
     match needed.iter().find(|t| !has_token(t)) {
