@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# llama.cpp's speculative decoding on the prompts of scripts/bench_speculative.sh (a code-editing
+# request and free chat, greedy, one at a time), for the same-run comparison the speculative
+# issue asks for: llama-server without speculation, with its n-gram mode, and with a draft model.
+#
+#   scripts/bench_speculative_llamacpp.sh TARGET.gguf [DRAFT.gguf] [ROUNDS]
+#
+# Decode tok/s is llama-server's own `timings.predicted_per_second` (prompt processing
+# excluded, as the N-vs-1 method of bench_speculative.sh excludes it). Env: N (output tokens,
+# default 384), THREADS (2), LLAMA_SERVER (default ~/peers/llamacpp-bin/llama-server), NGRAM
+# (llama.cpp's n-gram flags, default `--spec-type ngram-simple`), DRAFT_MAX (4).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TARGET=${1:?usage: bench_speculative_llamacpp.sh TARGET.gguf [DRAFT.gguf] [ROUNDS]}
+DRAFT=${2:-}
+ROUNDS=${3:-3}
+N=${N:-384}
+THREADS=${THREADS:-2}
+LLAMA_SERVER=${LLAMA_SERVER:-$HOME/peers/llamacpp-bin/llama-server}
+NGRAM=${NGRAM:---spec-type ngram-simple}
+DRAFT_MAX=${DRAFT_MAX:-4}
+PORT=${PORT:-8093}
+[ -x "$LLAMA_SERVER" ] || { echo "llama-server not found at $LLAMA_SERVER (see ../shared/PEERS.md)" >&2; exit 1; }
+OUT=$(mktemp -d)
+trap 'kill "$PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT
+PID=
+echo "target $TARGET, draft ${DRAFT:-none}, $THREADS threads, N=$N, $ROUNDS rounds;" \
+  "cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+modes=(off ngram)
+[ -n "$DRAFT" ] && modes+=(draft)
+for r in $(seq 1 "$ROUNDS"); do
+  for mode in "${modes[@]}"; do
+    args=(-m "$TARGET" -t "$THREADS" -c 8192 --port "$PORT" -np 1)
+    case $mode in
+      ngram) read -r -a extra <<<"$NGRAM"; args+=("${extra[@]}") ;;
+      draft) args+=(-md "$DRAFT" --spec-draft-n-max "$DRAFT_MAX" -td "$THREADS") ;;
+    esac
+    "$LLAMA_SERVER" "${args[@]}" >"$OUT/server.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 1 240); do
+      curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+    python3 - "$REPO/crates/core/src/block_pool.rs" "$PORT" "$N" "$mode" "$r" >>"$OUT/rates" <<'PYEOF'
+import json, sys, urllib.request
+src, port, n, mode, r = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+code = ("Here is a Rust file:\n\n```rust\n" + src + "\n```\n\nRename the method `free_blocks` to "
+        "`release_blocks` everywhere in this file and print the whole updated file, nothing else.")
+chat = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+for task, text in [("code", code), ("chat", chat)]:
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": n, "temperature": 0,
+            "ignore_eos": True, "cache_prompt": False}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t = json.load(urllib.request.urlopen(req, timeout=3600))["timings"]
+    print(task, mode, t["predicted_per_second"])
+    print(f"round {r}: {task} {mode}: {t['predicted_per_second']:.1f} tok/s, drafted {t.get('draft_n', '-')}, "
+          f"accepted {t.get('draft_n_accepted', '-')}", file=sys.stderr)
+PYEOF
+    kill "$PID"; wait "$PID" 2>/dev/null || true
+  done
+done
+python3 - "$OUT/rates" <<'PYEOF'
+import statistics, sys
+rates = {}
+for line in open(sys.argv[1]):
+    task, mode, rate = line.split()
+    rates.setdefault((task, mode), []).append(float(rate))
+for task in ["code", "chat"]:
+    off = statistics.median(rates[(task, "off")])
+    parts = [f"{task}: llama.cpp decode {off:.1f} tok/s without speculation"]
+    for mode in ["ngram", "draft"]:
+        if (task, mode) in rates:
+            on = statistics.median(rates[(task, mode)])
+            parts.append(f"{mode} {on:.1f} ({on / off:.2f}x)")
+    print(", ".join(parts))
+PYEOF
