@@ -130,6 +130,7 @@ pub fn block_scales(ty: GgmlType, b: &[u8], vs: &mut [f32], mc: Option<&mut [f32
                 vs[i] = d * s as i8 as f32;
             }
         }
+        GgmlType::MXFP4 => vs[0] = crate::mxfp4::e8m0_to_f32_half(b[0]),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("dense formats are not unpacked"),
     }
 }
@@ -221,6 +222,7 @@ pub fn block_values(ty: GgmlType, b: &[u8], q: &mut [i16]) {
                 }
             }
         }
+        GgmlType::MXFP4 => crate::mxfp4::block_values(b, q),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("dense formats are not unpacked"),
     }
 }
@@ -273,10 +275,12 @@ mod x86 {
                     GgmlType::Q4K => qk(b.add(16), None, q),
                     GgmlType::Q5K => qk(b.add(48), Some(b.add(16)), q),
                     GgmlType::Q6K => q6k(b, q),
+                    GgmlType::MXFP4 => mxfp4(b.add(1), q),
                     _ => return false,
                 }
                 match ty {
                     GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => *vp.add(i) = f16_at(b),
+                    GgmlType::MXFP4 => *vp.add(i) = crate::mxfp4::e8m0_to_f32_half(*b),
                     GgmlType::Q4_1 | GgmlType::Q5_1 => {
                         *vp.add(i) = f16_at(b);
                         *mp.add(i) = f16_at(b.add(2));
@@ -331,6 +335,25 @@ mod x86 {
         let lo = _mm_and_si128(v, m);
         let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
         unsafe { store_bytes_as_i16(_mm256_set_m128i(hi, lo), bias, q) };
+    }
+
+    /// MXFP4: 16 bytes of nibbles (elements 0..16 low, 16..32 high), each looked up in the
+    /// doubled e2m1 table and widened with its sign.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mxfp4(qs: *const u8, q: *mut i16) {
+        let k = crate::mxfp4::KVALUES;
+        let table = _mm_setr_epi8(
+            k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13], k[14], k[15],
+        );
+        let v = unsafe { _mm_loadu_si128(qs as *const __m128i) };
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_shuffle_epi8(table, _mm_and_si128(v, m));
+        let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(v), m));
+        unsafe {
+            _mm256_storeu_si256(q as *mut __m256i, _mm256_cvtepi8_epi16(lo));
+            _mm256_storeu_si256(q.add(16) as *mut __m256i, _mm256_cvtepi8_epi16(hi));
+        }
     }
 
     /// Q5_0 / Q5_1: nibbles plus a fifth bit per element from a 32-bit mask.
