@@ -10,8 +10,8 @@ use crate::gguf::GgufFile;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vllm_rs_formats::safetensors;
-use vllm_rs_kernels::{Storage, Weight};
+use vllm_rs_formats::safetensors::{self, ByteTensor};
+use vllm_rs_kernels::{GgmlType, Storage, Weight};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -29,13 +29,22 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Loads every `*.safetensors` shard of an HF model directory.
+    /// Loads every `*.safetensors` shard of an HF model directory. MXFP4 matrices (`X_blocks`
+    /// and `X_scales` of bytes, possibly in different shards) become one MXFP4 weight named
+    /// `X_blocks`.
     pub fn from_safetensors_dir(dir: &Path) -> Result<Self> {
-        let mut tensors = HashMap::new();
+        let (mut tensors, mut bytes) = (HashMap::new(), HashMap::new());
         for file in safetensors::shard_files(dir)? {
-            for (name, w) in safetensors::read_tensors(&file)? {
+            let (weights, byte_tensors) = safetensors::read_tensors(&file)?;
+            for (name, w) in weights {
                 tensors.insert(name, (w, file.clone()));
             }
+            for (name, t) in byte_tensors {
+                bytes.insert(name, (t, file.clone()));
+            }
+        }
+        for (name, w) in mxfp4_weights(bytes)? {
+            tensors.insert(name, w);
         }
         Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors })
     }
@@ -186,6 +195,43 @@ impl Checkpoint {
     fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
         self.tensors.get(name).ok_or_else(|| Error::file(&self.origin, format!("tensor {name} is missing")))
     }
+}
+
+/// Pairs each `X_blocks` byte tensor (`[.., groups, 16]`) with its `X_scales` (`[.., groups]`)
+/// into an MXFP4 weight `X_blocks` of `groups · 32` columns (the mapped bytes are rewritten in
+/// ggml's block layout, then released); any other byte tensor is an error naming it.
+fn mxfp4_weights(mut bytes: HashMap<String, (ByteTensor, PathBuf)>) -> Result<Vec<(String, (Weight, PathBuf))>> {
+    let blocks: Vec<String> = bytes.keys().filter(|n| n.ends_with("_blocks")).cloned().collect();
+    let mut out = Vec::new();
+    for name in blocks {
+        let (b, file) = bytes.remove(&name).expect("listed");
+        let scales_name = format!("{}_scales", name.trim_end_matches("_blocks"));
+        let (s, _) = bytes
+            .remove(&scales_name)
+            .ok_or_else(|| Error::file(&file, format!("tensor {name} (MXFP4) has no {scales_name}")))?;
+        let n = b.shape.len();
+        if n < 2 || b.shape[n - 1] != 16 || b.shape[..n - 1] != s.shape[..] {
+            return Err(Error::file(
+                &file,
+                format!(
+                    "tensor {name} has shape {:?} and {scales_name} {:?}: MXFP4 needs [.., groups, 16] and [.., groups]",
+                    b.shape, s.shape
+                ),
+            ));
+        }
+        let (rows, cols) = (b.shape[..n - 2].iter().product(), 32 * b.shape[n - 2]);
+        let ggml = vllm_rs_kernels::mxfp4::from_hf(b.storage.bytes(), s.storage.bytes());
+        let w = Weight::new(GgmlType::MXFP4, rows, cols, Storage::Owned(Arc::new(ggml)))
+            .map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
+        b.storage.release_pages();
+        s.storage.release_pages();
+        out.push((name, (w, file)));
+    }
+    if let Some((name, (_, file))) = bytes.into_iter().next() {
+        let msg = format!("tensor {name}: dtype U8 is not supported (only MXFP4's `*_blocks` with their `*_scales`)");
+        return Err(Error::file(&file, msg));
+    }
+    Ok(out)
 }
 
 /// The bytes `range` of `w` as a `rows × cols` weight: a window of the same map, or a copy of

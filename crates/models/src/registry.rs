@@ -29,6 +29,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::lfm2::LFM2,
     &crate::nemotron_h::NEMOTRON_H,
     &crate::granite_hybrid::GRANITE_MOE_HYBRID,
+    &crate::gpt_oss::GPT_OSS,
 ];
 
 /// Multimodal classes whose text model is served alone (images and video are not supported):
