@@ -275,7 +275,8 @@ fn deepseek_v2_configs_not_built_are_refused() {
 fn bad_mxfp4_checkpoints() {
     let blocks = "model.layers.1.mlp.experts.down_proj_blocks";
     let scales = "model.layers.1.mlp.experts.down_proj_scales";
-    let cases: [(&str, fn(&mut Vec<Tensor>), &[&str]); 3] = [
+    type Corrupt = fn(&mut Vec<Tensor>);
+    let cases: [(&str, Corrupt, &[&str]); 3] = [
         (
             "no-scales",
             |t| t.retain(|t| t.name != "model.layers.1.mlp.experts.down_proj_scales"),
