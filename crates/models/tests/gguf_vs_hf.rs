@@ -212,19 +212,25 @@ fn hybrids_converted_by_llama_cpp() {
     for (arch, class) in
         [("qwen3_5", "Qwen3_5ForCausalLM"), ("qwen3_5_moe", "Qwen3_5MoeForCausalLM"), ("lfm2", "Lfm2ForCausalLM")]
     {
-        let st = vllm_rs_models::load(&test_data(&format!("data/tiny/{arch}"))).unwrap_or_else(|e| panic!("{e}"));
-        let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
-        let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(gg.model.info().architecture, class);
-        let g = golden(&format!("tiny/{arch}.json"));
-        for case in g["cases"].as_array().unwrap() {
-            let prompt = ids(&case["prompt_token_ids"]);
-            let a = greedy(st.model.as_ref(), &prompt, 16, usize::MAX);
-            let b = greedy(gg.model.as_ref(), &prompt, 16, 5);
-            assert_eq!(a.token_ids, b.token_ids, "{arch}, prompt of {}: GGUF and safetensors ids differ", prompt.len());
-            let d = rel_max_diff(&b.final_logits, &a.final_logits);
-            assert!(d < 1e-5, "{arch}, prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
-        }
+        same_as_safetensors(&test_data(&format!("data/tiny/{arch}")), arch, class);
+    }
+}
+
+/// Our forward on `tests/data/tiny-gguf/{arch}.gguf` (prefilled in chunks of 5) against our
+/// forward on the safetensors `dir` it came from, over the golden prompts of `arch`: the same
+/// greedy ids, and final logits equal to float rounding.
+fn same_as_safetensors(dir: &std::path::Path, arch: &str, class: &str) {
+    let st = vllm_rs_models::load(dir).unwrap_or_else(|e| panic!("{e}"));
+    let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
+    let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(gg.model.info().architecture, class);
+    for case in golden(&format!("tiny/{arch}.json"))["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_token_ids"]);
+        let a = greedy(st.model.as_ref(), &prompt, 16, usize::MAX);
+        let b = greedy(gg.model.as_ref(), &prompt, 16, 5);
+        assert_eq!(a.token_ids, b.token_ids, "{arch}, prompt of {}: GGUF and safetensors ids differ", prompt.len());
+        let d = rel_max_diff(&b.final_logits, &a.final_logits);
+        assert!(d < 1e-5, "{arch}, prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
     }
 }
 
@@ -243,15 +249,5 @@ fn gpt_oss_converted_by_llama_cpp() {
     let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     config["swiglu_limit"] = 7.0.into();
     std::fs::write(&path, config.to_string()).unwrap();
-    let st = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let gg = vllm_rs_models::load(&test_data("data/tiny-gguf/gpt_oss.gguf")).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(gg.model.info().architecture, "GptOssForCausalLM");
-    for case in golden("tiny/gpt_oss.json")["cases"].as_array().unwrap() {
-        let prompt = ids(&case["prompt_token_ids"]);
-        let a = greedy(st.model.as_ref(), &prompt, 16, usize::MAX);
-        let b = greedy(gg.model.as_ref(), &prompt, 16, 5);
-        assert_eq!(a.token_ids, b.token_ids, "prompt of {}: GGUF and safetensors ids differ", prompt.len());
-        let d = rel_max_diff(&b.final_logits, &a.final_logits);
-        assert!(d < 1e-5, "prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
-    }
+    same_as_safetensors(&dir, "gpt_oss", "GptOssForCausalLM");
 }
