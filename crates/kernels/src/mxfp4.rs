@@ -54,6 +54,47 @@ pub fn from_hf(blocks: &[u8], scales: &[u8]) -> Vec<u8> {
     out
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+
+    /// The 32 values of a block's 16 nibble bytes as int16 (elements 0..16, 16..32): each
+    /// nibble looked up in [`super::KVALUES`] and widened with its sign.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn values_i16(qs: *const u8) -> (__m256i, __m256i) {
+        let k = super::KVALUES;
+        let table = _mm_setr_epi8(
+            k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13], k[14], k[15],
+        );
+        // SAFETY: the caller's block holds 16 bytes at qs.
+        let v = unsafe { _mm_loadu_si128(qs as *const __m128i) };
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_shuffle_epi8(table, _mm_and_si128(v, m));
+        let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(v), m));
+        (_mm256_cvtepi8_epi16(lo), _mm256_cvtepi8_epi16(hi))
+    }
+
+    /// [`super::e8m0_to_f32_half`] of the scale bytes of blocks `0..N` (`N ≤ 8`, 17 bytes
+    /// apart from `blk0`); lanes from `N` on hold the scale of a zero byte.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn half_scales<const N: usize>(blk0: *const u8) -> __m256 {
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let idx = _mm256_mullo_epi32(lane, _mm256_set1_epi32(17));
+        // SAFETY: blocks 0..N hold at least 4 bytes each (the caller); lanes ≥ N are masked.
+        let words = unsafe {
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(N as i32), lane);
+            _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), blk0 as *const i32, idx, mask)
+        };
+        let e = _mm256_and_si256(words, _mm256_set1_epi32(0xFF));
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +130,38 @@ mod tests {
             // (Nibble 8 is −0 there and +0 in ggml's table: equal as values.)
             assert_eq!(*g, w as f32, "element {i} (scale byte {})", i / 32);
         }
+    }
+
+    /// The AVX2 scale conversion gives the scalar bits for every scale byte, the subnormal
+    /// halves included (too small to show in a matmul's sums), and any octet length.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_half_scales_equal_the_scalar_ones() {
+        if !crate::isa::Tier::Avx2.supported() {
+            return;
+        }
+        let mut blocks = vec![0u8; 17 * 264];
+        for (i, b) in blocks.chunks_exact_mut(17).enumerate() {
+            b[0] = (i % 256) as u8;
+            b[1..].fill(0xA5);
+        }
+        for b0 in (0..256).step_by(8) {
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2 is available; eight blocks from b0.
+            unsafe {
+                std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), x86::half_scales::<8>(blocks[17 * b0..].as_ptr()))
+            };
+            let want: Vec<f32> = (b0..b0 + 8).map(|e| e8m0_to_f32_half(e as u8)).collect();
+            assert_eq!(
+                got.map(f32::to_bits)[..],
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()[..],
+                "bytes {b0}.."
+            );
+        }
+        let mut got = [0f32; 8];
+        // SAFETY: as above; three blocks from 1.
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), x86::half_scales::<3>(blocks[17..].as_ptr())) };
+        assert_eq!(got[..3], [1, 2, 3].map(e8m0_to_f32_half));
     }
 
     #[test]

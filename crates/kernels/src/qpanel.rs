@@ -337,22 +337,14 @@ mod x86 {
         unsafe { store_bytes_as_i16(_mm256_set_m128i(hi, lo), bias, q) };
     }
 
-    /// MXFP4: 16 bytes of nibbles (elements 0..16 low, 16..32 high), each looked up in the
-    /// doubled e2m1 table and widened with its sign.
+    /// MXFP4: its values looked up ([`crate::mxfp4::x86::values_i16`]) and stored.
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn mxfp4(qs: *const u8, q: *mut i16) {
-        let k = crate::mxfp4::KVALUES;
-        let table = _mm_setr_epi8(
-            k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13], k[14], k[15],
-        );
-        let v = unsafe { _mm_loadu_si128(qs as *const __m128i) };
-        let m = _mm_set1_epi8(0x0F);
-        let lo = _mm_shuffle_epi8(table, _mm_and_si128(v, m));
-        let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(v), m));
         unsafe {
-            _mm256_storeu_si256(q as *mut __m256i, _mm256_cvtepi8_epi16(lo));
-            _mm256_storeu_si256(q.add(16) as *mut __m256i, _mm256_cvtepi8_epi16(hi));
+            let (lo, hi) = crate::mxfp4::x86::values_i16(qs);
+            _mm256_storeu_si256(q as *mut __m256i, lo);
+            _mm256_storeu_si256(q.add(16) as *mut __m256i, hi);
         }
     }
 

@@ -45,8 +45,10 @@ pub fn quantize_random(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Wei
                     blk[off..off + 2].copy_from_slice(&s.to_le_bytes());
                 }
                 if ty == GgmlType::MXFP4 {
-                    // e8m0 scale byte: values up to 12 · 2^(e - 128), here at most 3.
-                    blk[0] = rng.random_range(118..=126);
+                    // e8m0 scale byte: values up to 12 · 2^(e - 128), here at most 3; one block
+                    // in eight gets a subnormal scale (e 0 or 1), ggml's special case.
+                    blk[0] =
+                        if rng.random_range(0..8) == 0 { rng.random_range(0..2) } else { rng.random_range(118..=126) };
                 }
             }
             b
