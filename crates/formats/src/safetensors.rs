@@ -43,6 +43,7 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// A tensor of raw bytes (dtype `U8`), which is no weight on its own: MXFP4 checkpoints keep
 /// each quantized matrix as `*_blocks` and `*_scales` of bytes, which the loader pairs.
+#[derive(Clone)]
 pub struct ByteTensor {
     pub shape: Vec<usize>,
     pub storage: Storage,

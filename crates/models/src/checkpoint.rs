@@ -26,12 +26,25 @@ pub struct Checkpoint {
     /// The file or directory the tensors came from, for error messages.
     pub origin: PathBuf,
     tensors: HashMap<String, (Weight, PathBuf)>,
+    /// MXFP4 matrices as the checkpoint stores them, by the name before `_blocks` / `_scales`:
+    /// read by [`Checkpoint::mxfp4_rows`].
+    mxfp4: HashMap<String, Mxfp4Parts>,
+}
+
+/// The two byte tensors of one MXFP4 matrix, seen as `rows` rows of `groups` blocks of 32.
+#[derive(Clone)]
+struct Mxfp4Parts {
+    blocks: ByteTensor,
+    scales: ByteTensor,
+    rows: usize,
+    groups: usize,
+    file: PathBuf,
 }
 
 impl Checkpoint {
     /// Loads every `*.safetensors` shard of an HF model directory. MXFP4 matrices (`X_blocks`
-    /// and `X_scales` of bytes, possibly in different shards) become one MXFP4 weight named
-    /// `X_blocks`.
+    /// and `X_scales` of bytes, possibly in different shards) are paired and checked here, and
+    /// read as MXFP4 weights by [`Checkpoint::mxfp4_rows`].
     pub fn from_safetensors_dir(dir: &Path) -> Result<Self> {
         let (mut tensors, mut bytes) = (HashMap::new(), HashMap::new());
         for file in safetensors::shard_files(dir)? {
@@ -43,10 +56,8 @@ impl Checkpoint {
                 bytes.insert(name, (t, file.clone()));
             }
         }
-        for (name, w) in mxfp4_weights(bytes)? {
-            tensors.insert(name, w);
-        }
-        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors })
+        let mxfp4 = mxfp4_pairs(bytes)?;
+        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors, mxfp4 })
     }
 
     /// Takes the tensors of an opened GGUF file, renamed to HF names.
@@ -62,11 +73,46 @@ impl Checkpoint {
             let w = g.weight(name).expect("listed tensor");
             tensors.insert(hf, (w, g.path.clone()));
         }
-        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors })
+        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors, mxfp4: HashMap::new() })
     }
 
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
+    }
+
+    /// Whether the checkpoint holds the MXFP4 matrix `name` (`{name}_blocks`, `{name}_scales`).
+    pub fn contains_mxfp4(&self, name: &str) -> bool {
+        self.mxfp4.contains_key(name)
+    }
+
+    /// Rows `rows` of the MXFP4 matrix `name`, which must be `shape` (`[rows, cols]` with its
+    /// outer dimensions flattened into rows), as one MXFP4 weight in ggml's block layout: the
+    /// only copy made of those bytes (a fused projection is split by choosing its rows).
+    pub fn mxfp4_rows(&self, name: &str, shape: [usize; 2], rows: impl IntoIterator<Item = usize>) -> Result<Weight> {
+        let p = self
+            .mxfp4
+            .get(name)
+            .ok_or_else(|| Error::file(&self.origin, format!("tensor {name}_blocks is missing")))?;
+        if [p.rows, 32 * p.groups] != shape {
+            let have = [p.rows, 32 * p.groups];
+            return Err(Error::file(
+                &p.file,
+                format!("MXFP4 tensor {name}_blocks holds {have:?} values, expected {shape:?}"),
+            ));
+        }
+        let (blocks, scales, g) = (p.blocks.storage.bytes(), p.scales.storage.bytes(), p.groups);
+        let mut out = Vec::new();
+        let mut n = 0;
+        for r in rows {
+            assert!(r < p.rows, "row {r} of {name}: the caller's rows lie within the checked shape");
+            out.extend(vllm_rs_kernels::mxfp4::from_hf(
+                &blocks[r * g * 16..(r + 1) * g * 16],
+                &scales[r * g..(r + 1) * g],
+            ));
+            n += 1;
+        }
+        Weight::new(GgmlType::MXFP4, n, 32 * g, Storage::Owned(Arc::new(out)))
+            .map_err(|e| Error::file(&p.file, format!("tensor {name}_blocks: {e}")))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -198,34 +244,28 @@ impl Checkpoint {
 }
 
 /// Pairs each `X_blocks` byte tensor (`[.., groups, 16]`) with its `X_scales` (`[.., groups]`)
-/// into an MXFP4 weight `X_blocks` of `groups · 32` columns (the mapped bytes are rewritten in
-/// ggml's block layout, then released); any other byte tensor is an error naming it.
-fn mxfp4_weights(mut bytes: HashMap<String, (ByteTensor, PathBuf)>) -> Result<Vec<(String, (Weight, PathBuf))>> {
-    let blocks: Vec<String> = bytes.keys().filter(|n| n.ends_with("_blocks")).cloned().collect();
-    let mut out = Vec::new();
-    for name in blocks {
-        let (b, file) = bytes.remove(&name).expect("listed");
-        let scales_name = format!("{}_scales", name.trim_end_matches("_blocks"));
-        let (s, _) = bytes
-            .remove(&scales_name)
-            .ok_or_else(|| Error::file(&file, format!("tensor {name} (MXFP4) has no {scales_name}")))?;
-        let n = b.shape.len();
-        if n < 2 || b.shape[n - 1] != 16 || b.shape[..n - 1] != s.shape[..] {
+/// as the MXFP4 matrix `X`; any other byte tensor is an error naming it.
+fn mxfp4_pairs(mut bytes: HashMap<String, (ByteTensor, PathBuf)>) -> Result<HashMap<String, Mxfp4Parts>> {
+    let names: Vec<String> = bytes.keys().filter_map(|n| n.strip_suffix("_blocks")).map(str::to_string).collect();
+    let mut out = HashMap::new();
+    for name in names {
+        let (blocks, file) = bytes.remove(&format!("{name}_blocks")).expect("listed");
+        let (scales, _) = bytes
+            .remove(&format!("{name}_scales"))
+            .ok_or_else(|| Error::file(&file, format!("tensor {name}_blocks (MXFP4) has no {name}_scales")))?;
+        let n = blocks.shape.len();
+        if n < 2 || blocks.shape[n - 1] != 16 || blocks.shape[..n - 1] != scales.shape[..] {
             return Err(Error::file(
                 &file,
                 format!(
-                    "tensor {name} has shape {:?} and {scales_name} {:?}: MXFP4 needs [.., groups, 16] and [.., groups]",
-                    b.shape, s.shape
+                    "tensor {name}_blocks has shape {:?} and {name}_scales {:?}: MXFP4 needs [.., groups, 16] and \
+                     [.., groups]",
+                    blocks.shape, scales.shape
                 ),
             ));
         }
-        let (rows, cols) = (b.shape[..n - 2].iter().product(), 32 * b.shape[n - 2]);
-        let ggml = vllm_rs_kernels::mxfp4::from_hf(b.storage.bytes(), s.storage.bytes());
-        let w = Weight::new(GgmlType::MXFP4, rows, cols, Storage::Owned(Arc::new(ggml)))
-            .map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
-        b.storage.release_pages();
-        s.storage.release_pages();
-        out.push((name, (w, file)));
+        let (rows, groups) = (blocks.shape[..n - 2].iter().product(), blocks.shape[n - 2]);
+        out.insert(name, Mxfp4Parts { blocks, scales, rows, groups, file });
     }
     if let Some((name, (_, file))) = bytes.into_iter().next() {
         let msg = format!("tensor {name}: dtype U8 is not supported (only MXFP4's `*_blocks` with their `*_scales`)");

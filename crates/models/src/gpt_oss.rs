@@ -139,7 +139,7 @@ fn load_moe(
     let e = format!("{p}.experts");
     let ([g, u, d], [gb, ub, db]) = if ck.contains(&format!("{e}.gate_proj.weight")) {
         split_experts(ck, &e, n, hidden, inter)?
-    } else if ck.contains(&format!("{e}.gate_up_proj_blocks")) {
+    } else if ck.contains_mxfp4(&format!("{e}.gate_up_proj")) {
         mxfp4_experts(ck, &e, n, hidden, inter)?
     } else {
         dense_experts(ck, &e, n, hidden, inter)?
@@ -186,19 +186,20 @@ fn split_experts(ck: &Checkpoint, e: &str, n: usize, hidden: usize, inter: usize
     Ok(([g, u, d], [gb, ub, db]))
 }
 
-/// The released checkpoints: MXFP4 `gate_up_proj_blocks` (`experts · 2·inter` rows of `hidden`,
-/// gate and up rows alternating) and `down_proj_blocks`, with `*_bias` `[experts, rows]`.
+/// The released checkpoints: MXFP4 `gate_up_proj` (`experts · 2·inter` rows of `hidden`, gate
+/// and up rows alternating) and `down_proj` (`*_blocks`, `*_scales`), with `*_bias`
+/// `[experts, rows]`; each expert's matrices are read straight into their own MXFP4 weights.
 fn mxfp4_experts(ck: &Checkpoint, e: &str, n: usize, hidden: usize, inter: usize) -> Result<Experts> {
-    let gate_up = ck.experts(&format!("{e}.gate_up_proj_blocks"), n, 2 * inter, hidden)?;
-    let down = ck.experts(&format!("{e}.down_proj_blocks"), n, hidden, inter)?;
-    let (mut gate, mut up) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for w in &gate_up {
-        let [g, u] = [0, 1].map(|parity| alternate_rows(w, parity));
-        gate.push(g);
-        up.push(u);
+    let (gate_up, down) = (format!("{e}.gate_up_proj"), format!("{e}.down_proj"));
+    let alternate = |x: usize, parity: usize| (0..inter).map(move |j| x * 2 * inter + 2 * j + parity);
+    let [mut gate, mut up, mut downs] = [(); 3].map(|_| Vec::with_capacity(n));
+    for x in 0..n {
+        gate.push(ck.mxfp4_rows(&gate_up, [n * 2 * inter, hidden], alternate(x, 0))?);
+        up.push(ck.mxfp4_rows(&gate_up, [n * 2 * inter, hidden], alternate(x, 1))?);
+        downs.push(ck.mxfp4_rows(&down, [n * hidden, inter], x * hidden..(x + 1) * hidden)?);
     }
     let (gb, ub) = gate_up_biases(ck, e, n, inter)?;
-    Ok(([gate, up, down], [gb, ub, per_expert(ck, &format!("{e}.down_proj_bias"), n, hidden)?]))
+    Ok(([gate, up, downs], [gb, ub, per_expert(ck, &format!("{e}.down_proj_bias"), n, hidden)?]))
 }
 
 /// transformers' dense layout: `gate_up_proj` `[experts, hidden, 2·inter]` (gate and up

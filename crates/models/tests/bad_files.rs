@@ -269,8 +269,9 @@ fn deepseek_v2_configs_not_built_are_refused() {
     }
 }
 
-/// gpt-oss's MXFP4 experts: blocks without their scales, scales of another shape, and a byte
-/// tensor that is no MXFP4 part each give an error naming the tensor.
+/// gpt-oss's MXFP4 experts: blocks without their scales, scales of another shape, a byte tensor
+/// that is no MXFP4 part, and a config with fewer experts than the tensors hold each give an
+/// error naming the tensor.
 #[test]
 fn bad_mxfp4_checkpoints() {
     let blocks = "model.layers.1.mlp.experts.down_proj_blocks";
@@ -309,4 +310,13 @@ fn bad_mxfp4_checkpoints() {
         write_safetensors(&st, &t);
         expect_err(&d, &st, words);
     }
+    // A config with fewer experts than the MXFP4 tensors hold.
+    let d = scratch_dir("mxfp4-experts");
+    copy_model_dir(&tiny("gpt_oss_mxfp4"), &d);
+    let path = d.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["num_local_experts"] = json!(4);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let words = ["model.layers.0.mlp.experts.gate_up_proj_blocks", "holds [512, 64] values, expected [256, 64]"];
+    expect_err(&d, &d.join("model.safetensors"), &words);
 }
