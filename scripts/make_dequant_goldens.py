@@ -7,7 +7,8 @@ For every type we support, blocks come from the best source available:
   real      rows of real tensors of the three test GGUFs (smollm2, qwen05, gemma3) where the type
             occurs: F32, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K
   quantized gguf-py's own quantizer applied to real weights (dequantized rows of those GGUFs)
-            where no test file has the type and gguf-py can quantize it: F16, BF16, Q4_0, Q5_1
+            where no test file has the type and gguf-py can quantize it: F16, BF16, Q4_0, Q5_1,
+            MXFP4
   random    random quant bits with realistic f16 scales (the range seen in the real Q4_K / Q6_K
             tensors), for types gguf-py cannot quantize and no test file has: Q2_K, Q3_K, Q5_K;
             plus one block whose scales are f16 subnormals
@@ -33,8 +34,11 @@ GGUFS = {
     'qwen05': 'gguf/qwen2.5-coder-0.5b-instruct-q4_k_m/model.gguf',
     'gemma3': 'gguf/gemma3-270m-q4_k_m/gemma-3-270m-q4_k_m.gguf',
 }
-ALL = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
-QUANTIZE_FROM = {T.F16: 'smollm2', T.BF16: 'smollm2', T.Q4_0: 'smollm2', T.Q5_1: 'qwen05'}
+ALL = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
+       T.MXFP4]
+QUANTIZE_FROM = {T.F16: 'smollm2', T.BF16: 'smollm2', T.Q4_0: 'smollm2', T.Q5_1: 'qwen05', T.MXFP4: 'qwen05'}
+# e8m0 scale bytes of the random MXFP4 blocks (above 251 the largest values overflow f32).
+MXFP4_SCALES = [0, 1, 2, 100, 119, 127, 128, 140, 250]
 # Byte offsets of the f16 super-block scales (d, then dmin where the type has one).
 K_SCALES = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q5_K: (0, 2)}
 
@@ -123,6 +127,10 @@ def main():
                 raw[b, off:off + 2] = np.array([d], dtype='<f2').view(np.uint8)
         w.add(qt, 'random', f'{n_blocks} random blocks, f16 scales uniform in [{lo:.2e}, {hi:.2e}] '
               '(5th-95th percentile of real Q4_K/Q6_K d), last block subnormal scales', raw.tobytes())
+    ts = block_bytes(T.MXFP4)[1]
+    raw = rng.integers(0, 256, size=(len(MXFP4_SCALES), ts), dtype=np.uint8)
+    raw[:, 0] = MXFP4_SCALES
+    w.add(T.MXFP4, 'random', f'{len(MXFP4_SCALES)} blocks of random nibbles, e8m0 scales {MXFP4_SCALES}', raw.tobytes())
     assert {c['type'] for c in w.cases} == {t.name for t in ALL}
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, 'blocks.bin'), 'wb') as f:

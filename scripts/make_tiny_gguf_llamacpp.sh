@@ -7,6 +7,9 @@
 # models have no tokenizer: a 290-token byte-level BPE is trained for them, and the converter's
 # table of known pre-tokenizers is told to call it qwen2's.
 #
+# gpt_oss is converted from its MXFP4 twin (tests/data/tiny/gpt_oss_mxfp4), as the released
+# checkpoints are: the converter writes those experts as GGUF MXFP4 (the rest F32).
+#
 # Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH...]   (default: qwen3_5 qwen3_5_moe)
 # (the tests also read lfm2, nemotron_h and nemotron_h_moe made by it)
 # Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
@@ -28,7 +31,8 @@ for arch in "${@:-qwen3_5 qwen3_5_moe}"; do
   for a in $arch; do
     dir="$WORK/$a"
     rm -rf "$dir" && mkdir -p "$dir"
-    cp "$REPO/tests/data/tiny/$a/config.json" "$REPO/tests/data/tiny/$a/model.safetensors" "$dir/"
+    case $a in gpt_oss) src=gpt_oss_mxfp4 ;; *) src=$a ;; esac
+    cp "$REPO/tests/data/tiny/$src/config.json" "$REPO/tests/data/tiny/$src/model.safetensors" "$dir/"
     "$PY" - "$dir" <<'PYEOF'
 import json, sys
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -13,6 +13,11 @@ leave a missing bias or a wrong `1 + w` offset unnoticed). Non-default rope base
 that ignores `rope_parameters` (transformers 5 no longer writes `rope_theta`).
 No tokenizer: goldens use token ids.
 
+gpt-oss: its expert matrices are rounded onto the MXFP4 grid (what the released checkpoints
+hold), and the same checkpoint is also written with those experts in the released form
+(`*_blocks` / `*_scales` bytes, `quantization_config` mxfp4) as tests/data/tiny/gpt_oss_mxfp4:
+both hold exactly the same values, so the goldens of the float32 one hold for both.
+
 Usage: python scripts/make_tiny_models.py [OUT_DIR [ARCH..]]   (default <repo>/tests/data/tiny, all)
 Needs scripts/requirements-goldens.txt (torch, transformers).
 """
@@ -47,12 +52,16 @@ def make(arch, out_root):
                 p.copy_((0.0 if name.endswith('.bias') else centre) + 0.2 * noise)
             elif name.endswith('.bias'):
                 p.copy_(0.2 * noise)
+            elif name.endswith('.sinks'):  # attention sinks as large as the scores: they take real weight
+                p.copy_(noise)
             elif spec['scaled_embed'] and 'embed_tokens' in name:
                 # Gemma multiplies embeddings by sqrt(hidden): keep the residual stream from
                 # being all input embedding, else the tied lm_head just repeats the last token.
                 p.copy_(STD / config.hidden_size ** 0.5 * noise)
             else:
                 p.copy_(STD * noise)
+            if name.endswith(MXFP4_EXPERTS):
+                p.copy_(mxfp4_dequantize(*mxfp4_quantize(p.transpose(1, 2))).transpose(1, 2))
         for name, b in model.named_buffers():
             # DeepSeek-V3's router bias is a buffer; zeros would leave it untested.
             if name.endswith('e_score_correction_bias'):
@@ -72,6 +81,56 @@ def make(arch, out_root):
     saved = json.load(open(os.path.join(out, 'config.json')))
     assert saved['architectures'] == [cls_name], saved
     assert 'rope_parameters' in saved or 'rope_parameters' not in spec['config'], saved
+    if saved.get('model_type') == 'gpt_oss':
+        write_mxfp4(out, f'{out}_mxfp4')
+
+
+# ---------------------------------------------------------------- MXFP4 (gpt-oss experts)
+# transformers' dense expert parameters, input-major ([experts, in, out]); the released
+# checkpoints store them output-major as MXFP4: `<name>_blocks` [experts, out, in/32, 16] (byte i
+# of a block holds values 2i, low nibble, and 2i+1) and `<name>_scales` [experts, out, in/32]
+# (e8m0: 2^(e - 127)).
+MXFP4_EXPERTS = ('mlp.experts.gate_up_proj', 'mlp.experts.down_proj')
+FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_quantize(w):
+    """w [.., in] (in a multiple of 32) -> (codes [.., in/32, 32] in 0..15, e8m0 scales [.., in/32]):
+    the scale puts each block's largest |value| in [4, 8) (as gguf-py's quantizer), each value
+    takes the nearest e2m1 value (the first on ties)."""
+    blocks = w.reshape(*w.shape[:-1], -1, 32)
+    amax = blocks.abs().amax(dim=-1)
+    e = torch.where(amax > 0, torch.floor(torch.log2(amax)) - 2 + 127, torch.zeros_like(amax)).clamp(0, 254)
+    d = torch.pow(2.0, e - 127)
+    codes = (blocks.unsqueeze(-1) - d[..., None, None] * FP4_VALUES).abs().argmin(dim=-1)
+    return codes, e.to(torch.uint8)
+
+
+def mxfp4_dequantize(codes, scales):
+    """The values of mxfp4_quantize's output, [.., in] (transformers' convert_moe_packed_tensors)."""
+    vals = FP4_VALUES[codes] * torch.pow(2.0, scales.to(torch.float32) - 127)[..., None]
+    return vals.reshape(*vals.shape[:-2], -1)
+
+
+def write_mxfp4(src, out):
+    """The checkpoint `src` with its experts in the released MXFP4 form, as `out`."""
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(os.path.join(src, 'model.safetensors'))
+    for name in [n for n in tensors if n.endswith(MXFP4_EXPERTS)]:
+        w = tensors.pop(name).transpose(1, 2).contiguous()  # output-major
+        codes, scales = mxfp4_quantize(w)
+        assert torch.equal(mxfp4_dequantize(codes, scales), w), f'{name} is not on the MXFP4 grid'
+        packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+        tensors[name + '_blocks'], tensors[name + '_scales'] = packed.contiguous(), scales.contiguous()
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+    config = json.load(open(os.path.join(src, 'config.json')))
+    config['quantization_config'] = {
+        'quant_method': 'mxfp4',
+        'modules_to_not_convert': ['model.layers.*.self_attn', 'model.layers.*.mlp.router', 'model.embed_tokens',
+                                   'lm_head']}
+    json.dump(config, open(os.path.join(out, 'config.json'), 'w'), indent=2)
+    print(f'{out}: the same with MXFP4 experts, {os.path.getsize(os.path.join(out, "model.safetensors")) / 1e6:.2f} MB')
 
 
 def main():

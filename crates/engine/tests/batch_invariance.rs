@@ -224,3 +224,9 @@ fn granite_hybrid_batch_invariance() {
     // Granite 4: Mamba-2 and attention layers with routed and shared experts.
     batch_invariance("tiny/granite_hybrid");
 }
+
+#[test]
+fn gpt_oss_batch_invariance() {
+    // Attention sinks, a sliding-window layer beside a full one, routed experts with biases.
+    batch_invariance("tiny/gpt_oss");
+}

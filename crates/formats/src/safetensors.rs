@@ -41,9 +41,20 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Every tensor of one safetensors file, memory-mapped, as a `rows × cols` weight (`rows` the
-/// product of the outer dimensions).
-pub fn read_tensors(path: &Path) -> Result<Vec<(String, Weight)>> {
+/// A tensor of raw bytes (dtype `U8`), which is no weight on its own: MXFP4 checkpoints keep
+/// each quantized matrix as `*_blocks` and `*_scales` of bytes, which the loader pairs.
+#[derive(Clone)]
+pub struct ByteTensor {
+    pub shape: Vec<usize>,
+    pub storage: Storage,
+}
+
+/// The tensors of one file: the weights, and the byte tensors.
+pub type FileTensors = (Vec<(String, Weight)>, Vec<(String, ByteTensor)>);
+
+/// Every tensor of one safetensors file, memory-mapped: float tensors as `rows × cols` weights
+/// (`rows` the product of the outer dimensions), `U8` ones as [`ByteTensor`]s.
+pub fn read_tensors(path: &Path) -> Result<FileTensors> {
     let file = File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
     // SAFETY: read-only map of a file we do not modify.
     let mmap = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, format!("cannot map: {e}")))?);
@@ -60,29 +71,36 @@ pub fn read_tensors(path: &Path) -> Result<Vec<(String, Weight)>> {
         Error::file(path, msg)
     })?;
     let data_start = 8 + header_len;
-    let mut out = Vec::new();
+    let (mut out, mut bytes) = (Vec::new(), Vec::new());
     for (name, info) in meta.tensors() {
         if is_index_buffer(&name, info.dtype) {
             continue;
         }
-        let ty = match info.dtype {
-            Dtype::F32 => GgmlType::F32,
-            Dtype::F16 => GgmlType::F16,
-            Dtype::BF16 => GgmlType::BF16,
-            other => return Err(Error::file(path, format!("tensor {name}: dtype {other:?} is not supported"))),
-        };
         let (a, b) = info.data_offsets;
         let range = data_start + a..data_start + b;
         if range.end > mmap.len() {
             return Err(Error::file(path, format!("file is truncated (tensor {name})")));
         }
+        let ty = match info.dtype {
+            Dtype::F32 => GgmlType::F32,
+            Dtype::F16 => GgmlType::F16,
+            Dtype::BF16 => GgmlType::BF16,
+            Dtype::U8 => {
+                bytes.push((
+                    name,
+                    ByteTensor { shape: info.shape.clone(), storage: Storage::Mapped(mmap.clone(), range) },
+                ));
+                continue;
+            }
+            other => return Err(Error::file(path, format!("tensor {name}: dtype {other:?} is not supported"))),
+        };
         let cols = *info.shape.last().unwrap_or(&1);
         let rows = info.shape.iter().rev().skip(1).product::<usize>();
         let w = Weight::new(ty, rows, cols, Storage::Mapped(mmap.clone(), range))
             .map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
         out.push((name, w));
     }
-    Ok(out)
+    Ok((out, bytes))
 }
 
 /// Integer buffers that encoders save beside their weights (`embeddings.position_ids`, the

@@ -192,9 +192,13 @@ pub struct AttentionParams {
     pub sliding_window: Option<usize>,
     /// `tanh` soft-capping of scores (Gemma 2), if set.
     pub softcap: Option<f32>,
+    /// A learned logit per query head that joins each softmax's denominator but has no value
+    /// (gpt-oss's attention sinks): attention may put weight on "nothing".
+    pub sinks: Option<Vec<f32>>,
 }
 
-/// `out[t, h, :] = softmax(q[t, h, :] · K[..=p]ᵀ · scale) · V[..=p]` for every new token `t`.
+/// `out[t, h, :] = softmax(q[t, h, :] · K[..=p]ᵀ · scale) · V[..=p]` for every new token `t`
+/// (the softmax's denominator also holds `exp(sinks[h])` where the layer has sinks).
 /// `q` and `out` are `[tokens × heads × head_dim]`.
 pub fn paged_attention(
     q: &[f32],
@@ -293,6 +297,7 @@ fn run_tasks<const T: u8>(
                 for h0 in heads.clone().step_by(per_pass) {
                     let pass = Pass {
                         q: &q[t * q_row + h0 * hd..],
+                        head: h0,
                         // SAFETY: the cache holds this kv head's columns of every row.
                         k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
                         v: unsafe { values.as_ptr().add(kvh * hd * esize) },
@@ -320,6 +325,8 @@ const MAX_HEADS: usize = 3;
 /// (`block table, block size, first position, last position`), and their output.
 struct Pass<'a> {
     q: &'a [f32],
+    /// The first of the pass's query heads.
+    head: usize,
     k: *const u8,
     v: *const u8,
     row_bytes: usize,
@@ -347,7 +354,8 @@ impl Pass<'_> {
             if let Some(cap) = p.softcap {
                 sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
             }
-            crate::ops::softmax_on(ops.0, sc);
+            let sink = p.sinks.as_ref().map(|s| s[self.head + h]);
+            crate::ops::softmax_sink_on(ops.0, sc, sink);
         }
         acc[..H * hd].fill(0.0);
         let a: [*mut f32; H] = std::array::from_fn(|h| acc[h * hd..].as_mut_ptr());
@@ -777,6 +785,7 @@ mod tests {
         kvh: usize,
         hd: usize,
         window: Option<usize>,
+        sinks: Option<&[f32]>,
     ) -> Vec<f64> {
         let scale = 1.0 / (hd as f64).sqrt();
         let mut out = vec![0f64; n * heads * hd];
@@ -792,9 +801,11 @@ mod tests {
                             * scale
                     })
                     .collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                // A sink joins the max and the denominator, not the values.
+                let sink = sinks.map(|s| s[h] as f64);
+                let m = s.iter().cloned().fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-                let z: f64 = e.iter().sum();
+                let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
                 for d in 0..hd {
                     out[(t * heads + h) * hd + d] =
                         (first..=t).map(|j| e[j - first] / z * v[(j * kvh + g) * hd + d] as f64).sum();
@@ -869,6 +880,7 @@ mod tests {
             scale: 0.3,
             sliding_window: None,
             softcap: None,
+            sinks: None,
         };
         for dtype in [KvDtype::F32, KvDtype::Bf16] {
             let mut latent = KvCache::with_layout(table.len(), bs, dtype, &[[hd, 0]], &[0], &[0]);
@@ -885,9 +897,10 @@ mod tests {
         }
     }
 
-    /// Every KV dtype and tier, and head sizes with and without register-resident kernels:
-    /// equal to dense f64 attention over the stored (rounded) K/V, the same bits whatever the
-    /// chunking, and the same bits on every tier.
+    /// Every KV dtype and tier, and head sizes with and without register-resident kernels, with
+    /// and without a sliding window and attention sinks: equal to dense f64 attention over the
+    /// stored (rounded) K/V, the same bits whatever the chunking (whole prefill, chunks, one
+    /// token at a time as decode), and the same bits on every tier.
     #[test]
     fn paged_chunked_equals_dense_and_is_chunk_and_tier_invariant() {
         // Blocks of 4 keep the dot runs short; blocks of 16 give runs of eight and more.
@@ -911,7 +924,11 @@ mod tests {
             if dtype != KvDtype::F32 {
                 assert_ne!(kr, k, "{dtype:?} must round");
             }
-            for window in [None, Some(5)] {
+            // Sinks from -2 to 2: some above the scores, some below.
+            let sinks: Vec<f32> = rand_vec(heads, 6).iter().map(|s| 2.0 * s).collect();
+            for (window, sinks) in [(None, None), (Some(5), None), (None, Some(sinks.clone())), (Some(5), Some(sinks))]
+            {
+                let want = reference(&q, &kr, &vr, n, heads, kvh, hd, window, sinks.as_deref());
                 let params = AttentionParams {
                     num_heads: heads,
                     num_kv_heads: kvh,
@@ -919,8 +936,8 @@ mod tests {
                     scale: 1.0 / (hd as f32).sqrt(),
                     sliding_window: window,
                     softcap: None,
+                    sinks,
                 };
-                let want = reference(&q, &kr, &vr, n, heads, kvh, hd, window);
                 let mut outs = Vec::new();
                 for tier in crate::isa::Tier::available() {
                     for chunk in [n, 7, 1] {
@@ -928,7 +945,9 @@ mod tests {
                         for (a, b) in out.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < 1e-5,
-                                "hd {hd} heads {heads}/{kvh} {dtype:?} {tier:?} chunk {chunk} {window:?}: {a} vs {b}"
+                                "hd {hd} heads {heads}/{kvh} {dtype:?} {tier:?} chunk {chunk} {window:?} sinks {}: {a} \
+                                 vs {b}",
+                                params.sinks.is_some()
                             );
                         }
                         outs.push(out);
@@ -936,12 +955,18 @@ mod tests {
                 }
                 let same = outs.windows(2).all(|w| w[0] == w[1]);
                 assert!(same, "hd {hd} heads {heads}/{kvh} {dtype:?} {window:?}: chunking or tier changed bits");
+                if let Some(s) = &params.sinks {
+                    // The sinks took weight: the outputs are not those of plain attention.
+                    let plain = reference(&q, &kr, &vr, n, heads, kvh, hd, window, None);
+                    let moved = plain.iter().zip(&outs[0]).any(|(a, b)| (a - *b as f64).abs() > 1e-3);
+                    assert!(moved && s.iter().any(|&x| x != 0.0), "sinks changed nothing");
+                }
             }
         }
     }
 
     /// A batch of requests enough that each task takes all kv heads gives every request the
-    /// bits it gets decoded alone (where its tasks take one kv head each).
+    /// bits it gets decoded alone (where its tasks take one kv head each), sinks included.
     #[test]
     fn a_request_gets_the_same_bits_in_a_large_batch_as_alone() {
         let (heads, kvh, hd, bs) = (6, 3, 64, 4);
@@ -967,6 +992,7 @@ mod tests {
             scale: 0.125,
             sliding_window: None,
             softcap: None,
+            sinks: Some(rand_vec(heads, 98)),
         };
         let qr = heads * hd;
         let q = rand_vec(n_seqs * qr, 99);

@@ -22,6 +22,8 @@ pub enum GgmlType {
     Q4K,
     Q5K,
     Q6K,
+    /// OCP microscaling FP4: 32 e2m1 values sharing one e8m0 scale (gpt-oss experts).
+    MXFP4,
 }
 
 /// Super-block size of the k-quants.
@@ -44,6 +46,7 @@ impl GgmlType {
             13 => Self::Q5K,
             14 => Self::Q6K,
             30 => Self::BF16,
+            39 => Self::MXFP4,
             other => {
                 let name = match other {
                     9 => "Q8_1",
@@ -55,7 +58,6 @@ impl GgmlType {
                     27 => "I64",
                     28 => "F64",
                     34 | 35 => "a ternary TQ quant",
-                    39 => "MXFP4",
                     _ => "unknown",
                 };
                 return Err(format!("tensor type {other} ({name})"));
@@ -78,6 +80,7 @@ impl GgmlType {
             Self::Q4K => "Q4_K",
             Self::Q5K => "Q5_K",
             Self::Q6K => "Q6_K",
+            Self::MXFP4 => "MXFP4",
         }
     }
 
@@ -85,7 +88,7 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => 32,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::MXFP4 => 32,
             Self::Q2K | Self::Q3K | Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
         }
     }
@@ -105,6 +108,7 @@ impl GgmlType {
             Self::Q4K => 144,
             Self::Q5K => 176,
             Self::Q6K => 210,
+            Self::MXFP4 => 17,
         }
     }
 
@@ -118,7 +122,7 @@ impl GgmlType {
         n.is_multiple_of(self.block_size()).then_some(n / self.block_size())?.checked_mul(self.type_size())
     }
 
-    pub const ALL: [GgmlType; 13] = [
+    pub const ALL: [GgmlType; 14] = [
         Self::F32,
         Self::F16,
         Self::BF16,
@@ -132,6 +136,7 @@ impl GgmlType {
         Self::Q4K,
         Self::Q5K,
         Self::Q6K,
+        Self::MXFP4,
     ];
 }
 
@@ -161,6 +166,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) {
             GgmlType::Q4K => dequant_q4k(blk, y),
             GgmlType::Q5K => dequant_q5k(blk, y),
             GgmlType::Q6K => dequant_q6k(blk, y),
+            GgmlType::MXFP4 => crate::mxfp4::dequantize_block(blk, y),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod encoder_attention;
 pub mod ggml;
 pub mod isa;
 pub mod matmul;
+pub mod mxfp4;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 pub mod ops;

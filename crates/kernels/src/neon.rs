@@ -311,8 +311,8 @@ pub(crate) unsafe fn axpys<const T: u8>(acc: &mut [f32], w: &[f32], v: *const u8
 }
 
 /// Unpacks `nblocks` consecutive blocks into a panel exactly as the scalar
-/// [`crate::qpanel::unpack_block`] does, values by NEON for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K (scales
-/// by the scalar [`block_scales`]); false for the other formats.
+/// [`crate::qpanel::unpack_block`] does, values by NEON for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/MXFP4
+/// (scales by the scalar [`block_scales`]); false for the other formats.
 pub(crate) fn unpack_blocks(
     ty: GgmlType,
     src: &[u8],
@@ -322,7 +322,7 @@ pub(crate) fn unpack_blocks(
     mut mc: Option<&mut [f32]>,
 ) -> bool {
     use GgmlType::*;
-    if !matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q4K | Q6K) {
+    if !matches!(ty, Q4_0 | Q4_1 | Q8_0 | Q4K | Q6K | MXFP4) {
         return false;
     }
     let (bs, ts) = (ty.block_size(), ty.type_size());
@@ -350,6 +350,7 @@ pub(crate) fn unpack_blocks(
                         }
                     }
                 }
+                MXFP4 => mxfp4(b[1..].as_ptr(), qi.as_mut_ptr()),
                 _ => q6k(b.as_ptr(), qi.as_mut_ptr()),
             }
         }
@@ -390,6 +391,22 @@ unsafe fn bytes32_i8(p: *const u8, q: *mut i16) {
             let v = vld1q_s8(p.add(16 * h) as *const i8);
             vst1q_s16(q.add(16 * h), vmovl_s8(vget_low_s8(v)));
             vst1q_s16(q.add(16 * h + 8), vmovl_high_s8(v));
+        }
+    }
+}
+
+/// MXFP4's 16 nibble bytes (elements 0..16 low, 16..32 high), each looked up in the doubled
+/// e2m1 table [`crate::mxfp4::KVALUES`], as int16.
+#[inline]
+unsafe fn mxfp4(p: *const u8, q: *mut i16) {
+    // SAFETY: 16 bytes at p, 32 values at q (the caller).
+    unsafe {
+        let table = vld1q_s8(crate::mxfp4::KVALUES.as_ptr());
+        let v = vld1q_u8(p);
+        for (h, idx) in [vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v)].into_iter().enumerate() {
+            let e = vqtbl1q_s8(table, idx);
+            vst1q_s16(q.add(16 * h), vmovl_s8(vget_low_s8(e)));
+            vst1q_s16(q.add(16 * h + 8), vmovl_high_s8(e));
         }
     }
 }

@@ -225,7 +225,15 @@ pub fn softmax(x: &mut [f32]) {
 /// [`softmax`] on a given tier; every tier gives the same bits (the same [`exp`] arithmetic,
 /// then one sequential sum).
 pub(crate) fn softmax_on(tier: crate::isa::Tier, x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    softmax_sink_on(tier, x, None)
+}
+
+/// [`softmax_on`] over `x` and one more logit, `sink`, that takes its share of the denominator
+/// but yields no output (gpt-oss's attention sinks): the probabilities of `x` sum to less than 1.
+/// Without a sink, exactly [`softmax_on`]'s arithmetic; with one, its term is added to the sum
+/// last.
+pub(crate) fn softmax_sink_on(tier: crate::isa::Tier, x: &mut [f32], sink: Option<f32>) {
+    let max = x.iter().copied().fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
     #[cfg(target_arch = "x86_64")]
     let done = if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
         // SAFETY: the tier guarantees AVX2 and FMA.
@@ -239,7 +247,10 @@ pub(crate) fn softmax_on(tier: crate::isa::Tier, x: &mut [f32]) {
         0
     };
     x[done..].iter_mut().for_each(|v| *v = exp(*v - max));
-    let sum: f32 = x.iter().fold(0.0, |s, v| s + v);
+    let mut sum: f32 = x.iter().fold(0.0, |s, v| s + v);
+    if let Some(sink) = sink {
+        sum += exp(sink - max);
+    }
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;

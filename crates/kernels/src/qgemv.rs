@@ -24,6 +24,7 @@ pub fn supported(ty: GgmlType) -> bool {
             | GgmlType::Q8_0
             | GgmlType::Q4K
             | GgmlType::Q6K
+            | GgmlType::MXFP4
     )
 }
 
@@ -65,6 +66,7 @@ pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRo
                 GgmlType::Q5_0 => dot32::<2>(w, x),
                 GgmlType::Q5_1 => dot32::<3>(w, x),
                 GgmlType::Q8_0 => dot32::<4>(w, x),
+                GgmlType::MXFP4 => dot32::<5>(w, x),
                 GgmlType::Q4K => dot_q4k(w, x),
                 GgmlType::Q6K => dot_q6k(w, x),
                 _ => unreachable!("checked by supported()"),
@@ -75,7 +77,8 @@ pub unsafe fn dot_rows(ty: GgmlType, rows: *const u8, row_bytes: usize, x: ActRo
 
 /// Formats with a two-row fused kernel ([`dot_rows_pair`]): the 32-element-block ones and Q4_K.
 pub fn supported_pair(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::Q4K)
+    use GgmlType::*;
+    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | MXFP4 | Q4K)
 }
 
 /// [`dot_rows`] for two activation rows: every block is expanded once for both, and each row's
@@ -99,6 +102,7 @@ pub unsafe fn dot_rows_pair(ty: GgmlType, rows: *const u8, row_bytes: usize, x: 
                 GgmlType::Q5_0 => dot32_pair::<2>(w, x),
                 GgmlType::Q5_1 => dot32_pair::<3>(w, x),
                 GgmlType::Q8_0 => dot32_pair::<4>(w, x),
+                GgmlType::MXFP4 => dot32_pair::<5>(w, x),
                 GgmlType::Q4K => dot_q4k_pair(w, x),
                 _ => unreachable!("checked by supported_pair()"),
             }
@@ -187,7 +191,8 @@ unsafe fn block_i16<const F: u8>(blk: *const u8) -> (__m256i, __m256i) {
             1 => nibbles_i16(blk.add(4), 0),
             2 => q5_i16::<16>(blk.add(2), blk.add(6)),
             3 => q5_i16::<0>(blk.add(4), blk.add(8)),
-            _ => bytes_i16(blk.add(2)),
+            4 => bytes_i16(blk.add(2)),
+            _ => crate::mxfp4::x86::values_i16(blk.add(1)),
         }
     }
 }
@@ -203,7 +208,8 @@ unsafe fn lanes32(w0: __m256i, w1: __m256i, xq: *const i16) -> __m256i {
     }
 }
 
-/// One row of a 32-element-block format. `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0.
+/// One row of a 32-element-block format. `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0,
+/// 5 = MXFP4.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot32<const F: u8>(w: *const u8, x: ActRow) -> f32 {
     let blocks = x.q.len() / 32;
@@ -225,7 +231,7 @@ unsafe fn dot32<const F: u8>(w: *const u8, x: ActRow) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usize, acc: &mut [__m256; 2]) {
-    let ts: usize = [18, 20, 22, 24, 34][F as usize];
+    let ts: usize = [18, 20, 22, 24, 34, 17][F as usize];
     let mut lanes = [_mm256_setzero_si256(); 8];
     // SAFETY: the caller guarantees blocks b0..b0+N.
     unsafe {
@@ -236,7 +242,7 @@ unsafe fn octet32<const F: u8, const N: usize>(w: *const u8, x: ActRow, b0: usiz
             let (w0, w1) = block_i16::<F>(blk);
             *l = lanes32(w0, w1, xq.add(i * 32));
         }
-        let (vs, m) = block_scales::<N>(w, ts);
+        let (vs, m) = scales::<F, N>(w, ts);
         let dx =
             if N == 8 { _mm256_loadu_ps(x.d.as_ptr().add(b0)) } else { octet::load_partial(x.d.as_ptr().add(b0), N) };
         acc[0] = octet::finish(acc[0], octet::reduce8(&lanes), vs, dx);
@@ -279,7 +285,7 @@ unsafe fn octet32_pair<const F: u8, const N: usize>(
     b0: usize,
     acc: &mut [octet::Acc; 2],
 ) {
-    let ts: usize = [18, 20, 22, 24, 34][F as usize];
+    let ts: usize = [18, 20, 22, 24, 34, 17][F as usize];
     // SAFETY (all loads): the caller guarantees blocks b0..b0+N of the row and both activation rows.
     let (w, xq) = unsafe { (w.add(b0 * ts), [x[0].q.as_ptr().add(b0 * 32), x[1].q.as_ptr().add(b0 * 32)]) };
     let lanes = |i: usize| -> [__m256i; 2] {
@@ -295,7 +301,7 @@ unsafe fn octet32_pair<const F: u8, const N: usize>(
     let isums = octet::reduce8_pair(lanes);
     // SAFETY: as above; lanes from N on are zero.
     unsafe {
-        let (vs, m) = block_scales::<N>(w, ts);
+        let (vs, m) = scales::<F, N>(w, ts);
         let load = |p: *const f32| if N == 8 { _mm256_loadu_ps(p) } else { octet::load_partial(p, N) };
         for r in 0..2 {
             let dx = load(x[r].d.as_ptr().add(b0));
@@ -304,6 +310,19 @@ unsafe fn octet32_pair<const F: u8, const N: usize>(
             if F == 1 || F == 3 {
                 a[1] = _mm256_fmadd_ps(m, load(x[r].dsum32.as_ptr().add(b0)), a[1]);
             }
+        }
+    }
+}
+
+/// The scales of blocks `b0..b0+N` of format `F` and, for Q4_1 / Q5_1, their minimums.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn scales<const F: u8, const N: usize>(blk0: *const u8, ts: usize) -> (__m256, __m256) {
+    // SAFETY: as vouched by the caller.
+    unsafe {
+        match F {
+            5 => (crate::mxfp4::x86::half_scales::<N>(blk0), _mm256_setzero_ps()),
+            _ => block_scales::<N>(blk0, ts),
         }
     }
 }

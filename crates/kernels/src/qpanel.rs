@@ -130,6 +130,7 @@ pub fn block_scales(ty: GgmlType, b: &[u8], vs: &mut [f32], mc: Option<&mut [f32
                 vs[i] = d * s as i8 as f32;
             }
         }
+        GgmlType::MXFP4 => vs[0] = crate::mxfp4::e8m0_to_f32_half(b[0]),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("dense formats are not unpacked"),
     }
 }
@@ -221,6 +222,7 @@ pub fn block_values(ty: GgmlType, b: &[u8], q: &mut [i16]) {
                 }
             }
         }
+        GgmlType::MXFP4 => crate::mxfp4::block_values(b, q),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("dense formats are not unpacked"),
     }
 }
@@ -273,10 +275,12 @@ mod x86 {
                     GgmlType::Q4K => qk(b.add(16), None, q),
                     GgmlType::Q5K => qk(b.add(48), Some(b.add(16)), q),
                     GgmlType::Q6K => q6k(b, q),
+                    GgmlType::MXFP4 => mxfp4(b.add(1), q),
                     _ => return false,
                 }
                 match ty {
                     GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => *vp.add(i) = f16_at(b),
+                    GgmlType::MXFP4 => *vp.add(i) = crate::mxfp4::e8m0_to_f32_half(*b),
                     GgmlType::Q4_1 | GgmlType::Q5_1 => {
                         *vp.add(i) = f16_at(b);
                         *mp.add(i) = f16_at(b.add(2));
@@ -331,6 +335,17 @@ mod x86 {
         let lo = _mm_and_si128(v, m);
         let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
         unsafe { store_bytes_as_i16(_mm256_set_m128i(hi, lo), bias, q) };
+    }
+
+    /// MXFP4: its values looked up ([`crate::mxfp4::x86::values_i16`]) and stored.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mxfp4(qs: *const u8, q: *mut i16) {
+        unsafe {
+            let (lo, hi) = crate::mxfp4::x86::values_i16(qs);
+            _mm256_storeu_si256(q as *mut __m256i, lo);
+            _mm256_storeu_si256(q.add(16) as *mut __m256i, hi);
+        }
     }
 
     /// Q5_0 / Q5_1: nibbles plus a fifth bit per element from a 32-bit mask.

@@ -13,7 +13,7 @@ pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
-/// Byte offsets of the f16 scale fields inside one block of `ty`.
+/// Byte offsets of the f16 scale fields inside one block of `ty` (MXFP4's scale is one byte).
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
@@ -21,7 +21,7 @@ fn scale_offsets(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q2K => &[80, 82],
         GgmlType::Q3K => &[108],
         GgmlType::Q6K => &[208],
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::MXFP4 => &[],
     }
 }
 
@@ -43,6 +43,12 @@ pub fn quantize_random(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Wei
                 for &off in scale_offsets(ty) {
                     let s = f16::from_f32(rng.random_range(0.001f32..0.05));
                     blk[off..off + 2].copy_from_slice(&s.to_le_bytes());
+                }
+                if ty == GgmlType::MXFP4 {
+                    // e8m0 scale byte: values up to 12 · 2^(e - 128), here at most 3; one block
+                    // in eight gets a subnormal scale (e 0 or 1), ggml's special case.
+                    blk[0] =
+                        if rng.random_range(0..8) == 0 { rng.random_range(0..2) } else { rng.random_range(118..=126) };
                 }
             }
             b

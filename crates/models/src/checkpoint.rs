@@ -10,8 +10,8 @@ use crate::gguf::GgufFile;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vllm_rs_formats::safetensors;
-use vllm_rs_kernels::{Storage, Weight};
+use vllm_rs_formats::safetensors::{self, ByteTensor};
+use vllm_rs_kernels::{GgmlType, Storage, Weight};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -29,18 +29,38 @@ pub struct Checkpoint {
     /// `(to, from)` of a [`Checkpoint::rename_prefix`] that moved tensors, so a missing tensor
     /// is named as the file would hold it.
     renamed: Option<(String, String)>,
+    /// MXFP4 matrices as the checkpoint stores them, by the name before `_blocks` / `_scales`:
+    /// read by [`Checkpoint::mxfp4_rows`].
+    mxfp4: HashMap<String, Mxfp4Parts>,
+}
+
+/// The two byte tensors of one MXFP4 matrix, seen as `rows` rows of `groups` blocks of 32.
+#[derive(Clone)]
+struct Mxfp4Parts {
+    blocks: ByteTensor,
+    scales: ByteTensor,
+    rows: usize,
+    groups: usize,
+    file: PathBuf,
 }
 
 impl Checkpoint {
-    /// Loads every `*.safetensors` shard of an HF model directory.
+    /// Loads every `*.safetensors` shard of an HF model directory. MXFP4 matrices (`X_blocks`
+    /// and `X_scales` of bytes, possibly in different shards) are paired and checked here, and
+    /// read as MXFP4 weights by [`Checkpoint::mxfp4_rows`].
     pub fn from_safetensors_dir(dir: &Path) -> Result<Self> {
-        let mut tensors = HashMap::new();
+        let (mut tensors, mut bytes) = (HashMap::new(), HashMap::new());
         for file in safetensors::shard_files(dir)? {
-            for (name, w) in safetensors::read_tensors(&file)? {
+            let (weights, byte_tensors) = safetensors::read_tensors(&file)?;
+            for (name, w) in weights {
                 tensors.insert(name, (w, file.clone()));
             }
+            for (name, t) in byte_tensors {
+                bytes.insert(name, (t, file.clone()));
+            }
         }
-        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors, renamed: None })
+        let mxfp4 = mxfp4_pairs(bytes)?;
+        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors, renamed: None, mxfp4 })
     }
 
     /// Takes the tensors of an opened GGUF file, renamed to HF names.
@@ -56,11 +76,46 @@ impl Checkpoint {
             let w = g.weight(name).expect("listed tensor");
             tensors.insert(hf, (w, g.path.clone()));
         }
-        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors, renamed: None })
+        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors, renamed: None, mxfp4: HashMap::new() })
     }
 
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
+    }
+
+    /// Whether the checkpoint holds the MXFP4 matrix `name` (`{name}_blocks`, `{name}_scales`).
+    pub fn contains_mxfp4(&self, name: &str) -> bool {
+        self.mxfp4.contains_key(name)
+    }
+
+    /// Rows `rows` of the MXFP4 matrix `name`, which must be `shape` (`[rows, cols]` with its
+    /// outer dimensions flattened into rows), as one MXFP4 weight in ggml's block layout: the
+    /// only copy made of those bytes (a fused projection is split by choosing its rows).
+    pub fn mxfp4_rows(&self, name: &str, shape: [usize; 2], rows: impl IntoIterator<Item = usize>) -> Result<Weight> {
+        let p = self
+            .mxfp4
+            .get(name)
+            .ok_or_else(|| Error::file(&self.origin, format!("tensor {name}_blocks is missing")))?;
+        if [p.rows, 32 * p.groups] != shape {
+            let have = [p.rows, 32 * p.groups];
+            return Err(Error::file(
+                &p.file,
+                format!("MXFP4 tensor {name}_blocks holds {have:?} values, expected {shape:?}"),
+            ));
+        }
+        let (blocks, scales, g) = (p.blocks.storage.bytes(), p.scales.storage.bytes(), p.groups);
+        let mut out = Vec::new();
+        let mut n = 0;
+        for r in rows {
+            assert!(r < p.rows, "row {r} of {name}: the caller's rows lie within the checked shape");
+            out.extend(vllm_rs_kernels::mxfp4::from_hf(
+                &blocks[r * g * 16..(r + 1) * g * 16],
+                &scales[r * g..(r + 1) * g],
+            ));
+            n += 1;
+        }
+        Weight::new(GgmlType::MXFP4, n, 32 * g, Storage::Owned(Arc::new(out)))
+            .map_err(|e| Error::file(&p.file, format!("tensor {name}_blocks: {e}")))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -198,6 +253,37 @@ impl Checkpoint {
             Error::file(&self.origin, format!("tensor {stored} is missing"))
         })
     }
+}
+
+/// Pairs each `X_blocks` byte tensor (`[.., groups, 16]`) with its `X_scales` (`[.., groups]`)
+/// as the MXFP4 matrix `X`; any other byte tensor is an error naming it.
+fn mxfp4_pairs(mut bytes: HashMap<String, (ByteTensor, PathBuf)>) -> Result<HashMap<String, Mxfp4Parts>> {
+    let names: Vec<String> = bytes.keys().filter_map(|n| n.strip_suffix("_blocks")).map(str::to_string).collect();
+    let mut out = HashMap::new();
+    for name in names {
+        let (blocks, file) = bytes.remove(&format!("{name}_blocks")).expect("listed");
+        let (scales, _) = bytes
+            .remove(&format!("{name}_scales"))
+            .ok_or_else(|| Error::file(&file, format!("tensor {name}_blocks (MXFP4) has no {name}_scales")))?;
+        let n = blocks.shape.len();
+        if n < 2 || blocks.shape[n - 1] != 16 || blocks.shape[..n - 1] != scales.shape[..] {
+            return Err(Error::file(
+                &file,
+                format!(
+                    "tensor {name}_blocks has shape {:?} and {name}_scales {:?}: MXFP4 needs [.., groups, 16] and \
+                     [.., groups]",
+                    blocks.shape, scales.shape
+                ),
+            ));
+        }
+        let (rows, groups) = (blocks.shape[..n - 2].iter().product(), blocks.shape[n - 2]);
+        out.insert(name, Mxfp4Parts { blocks, scales, rows, groups, file });
+    }
+    if let Some((name, (_, file))) = bytes.into_iter().next() {
+        let msg = format!("tensor {name}: dtype U8 is not supported (only MXFP4's `*_blocks` with their `*_scales`)");
+        return Err(Error::file(&file, msg));
+    }
+    Ok(out)
 }
 
 /// The bytes `range` of `w` as a `rows × cols` weight: a window of the same map, or a copy of

@@ -272,7 +272,7 @@ pub fn model_info(config: &Value, c: &CommonConfig, layers: &[DecoderLayer]) -> 
 /// Causal attention over every earlier position, scaled by `1/sqrt(head_dim)`, uncapped.
 pub fn full_attention(num_heads: usize, num_kv_heads: usize, head_dim: usize) -> AttentionParams {
     let scale = 1.0 / (head_dim as f32).sqrt();
-    AttentionParams { num_heads, num_kv_heads, head_dim, scale, sliding_window: None, softcap: None }
+    AttentionParams { num_heads, num_kv_heads, head_dim, scale, sliding_window: None, softcap: None, sinks: None }
 }
 
 /// An attention layer shaped by `p` from its `{prefix}.{q,k,v,o}_proj` projections

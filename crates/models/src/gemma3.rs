@@ -137,6 +137,7 @@ pub fn load_gemma(ck: &Checkpoint, config: &Value, v: GemmaVariant) -> Result<De
             scale: 1.0 / x.query_pre_attn_scalar.sqrt(),
             sliding_window: if sliding(i) { x.sliding_window } else { None },
             softcap: x.attn_logit_softcapping,
+            sinks: None,
         };
         let qk_norm = |name: &str| v.qk_norm.then(|| norm(&format!("{a}.{name}"), hd)).transpose();
         let qk_norms = [qk_norm("q_norm")?, qk_norm("k_norm")?];

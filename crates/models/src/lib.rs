@@ -14,6 +14,7 @@ pub mod gated_deltanet;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod granite_hybrid;
 pub mod layers;
 pub mod lfm2;

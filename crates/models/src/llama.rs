@@ -149,6 +149,7 @@ pub fn load_with(
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: None,
             softcap: None,
+            sinks: None,
         };
         let qk_norms = [qk_norm("q_norm", c.num_attention_heads)?, qk_norm("k_norm", c.num_kv_heads())?];
         let interleaved = ck.format == Format::Gguf && variant.gguf_qk_permuted;

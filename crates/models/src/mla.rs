@@ -163,6 +163,7 @@ impl MlaAttention {
             scale: s.scale,
             sliding_window: None,
             softcap: None,
+            sinks: None,
         };
         attn.resize(n * h * lr, 0.0);
         paged_attention(q_abs, kv.layer(layer), kv.block_size, &group.seqs, &params, attn);

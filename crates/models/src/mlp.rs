@@ -13,7 +13,7 @@ fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     Silu,
     GeluTanh,
@@ -22,6 +22,12 @@ pub enum Activation {
     Relu,
     /// `relu(x)²` (Nemotron-H).
     Relu2,
+    /// gpt-oss's experts, gated only: `g = min(gate, limit)`, `u = clamp(up, ±limit)`,
+    /// `(u + 1) · g · σ(alpha · g)`.
+    ClampedSwiglu {
+        alpha: f32,
+        limit: f32,
+    },
 }
 
 impl Activation {
@@ -33,6 +39,8 @@ impl Activation {
             Activation::Gelu => ops::gelu_erf(x),
             Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
             Activation::Relu2 => x.iter_mut().for_each(|v| *v = v.max(0.0) * v.max(0.0)),
+            // Only gpt-oss's expert MLPs (always gated) are built with it; no config names it.
+            Activation::ClampedSwiglu { .. } => unreachable!("the clamped SwiGLU needs its up projection"),
         }
     }
 
@@ -73,6 +81,12 @@ impl GatedMlp {
         match self.act {
             Activation::Silu => ops::silu_mul(gate, up),
             Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
+            Activation::ClampedSwiglu { alpha, limit } => {
+                for (g, u) in gate.iter_mut().zip(up.iter()) {
+                    let (x, u) = (g.min(limit), u.clamp(-limit, limit));
+                    *g = (u + 1.0) * (x / (1.0 + ops::exp(-alpha * x)));
+                }
+            }
             act @ (Activation::Gelu | Activation::Relu | Activation::Relu2) => {
                 act.apply(gate);
                 gate.iter_mut().zip(up.iter()).for_each(|(g, u)| *g *= u);

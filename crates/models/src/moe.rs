@@ -169,6 +169,8 @@ pub enum Scoring {
     Softmax,
     /// Each expert's own sigmoid (DeepSeek-V3).
     Sigmoid,
+    /// The top-k chosen by raw logit, weighted by a softmax over their logits alone (gpt-oss).
+    TopKSoftmax,
 }
 
 pub struct SparseMoe {
@@ -301,6 +303,8 @@ struct Choice {
     scores: Vec<f32>,
     groups: Vec<f32>,
     picked: Vec<usize>,
+    /// The picked experts' weights before any renormalization.
+    weights: Vec<f32>,
 }
 
 impl SparseMoe {
@@ -385,9 +389,10 @@ impl SparseMoe {
         }
     }
 
-    /// Router scores (softmax over all experts, or sigmoids), the experts [`SparseMoe::choose`]
-    /// picks (highest first, the lower index on ties) weighted by their scores, optionally
-    /// renormalized, then scaled; then the slots grouped by expert.
+    /// Router scores (softmax over all experts, sigmoids, or the raw logits), the experts
+    /// [`SparseMoe::choose`] picks (highest first, the lower index on ties) weighted by their
+    /// scores (or by a softmax over the picked logits), optionally renormalized, then scaled;
+    /// then the slots grouped by expert.
     fn route(&self, x: &[f32], m: usize, b: &mut MoeBuffers) {
         let n = self.experts.len();
         self.gate.forward(x, m, &mut b.logits);
@@ -396,10 +401,17 @@ impl SparseMoe {
             match self.scoring {
                 Scoring::Softmax => ops::softmax(probs),
                 Scoring::Sigmoid => probs.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+                Scoring::TopKSoftmax => {}
             }
             let start = b.routes.len();
-            self.choose(probs, &mut b.choice);
-            b.routes.extend(b.choice.picked.iter().map(|&e| (e, probs[e])));
+            let c = &mut b.choice;
+            self.choose(probs, c);
+            c.weights.clear();
+            c.weights.extend(c.picked.iter().map(|&e| probs[e]));
+            if self.scoring == Scoring::TopKSoftmax {
+                ops::softmax(&mut c.weights);
+            }
+            b.routes.extend(c.picked.iter().copied().zip(c.weights.iter().copied()));
             let routes = &mut b.routes[start..];
             if self.norm_topk_prob {
                 let sum: f32 = routes.iter().map(|r| r.1).sum();

@@ -30,6 +30,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::nemotron_h::NEMOTRON_H,
     &crate::nemotron_h::NEMOTRON_H_MOE,
     &crate::granite_hybrid::GRANITE_MOE_HYBRID,
+    &crate::gpt_oss::GPT_OSS,
 ];
 
 /// Multimodal classes whose text model is served alone (images and video are not supported):

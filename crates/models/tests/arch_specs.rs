@@ -74,6 +74,7 @@ fn gguf_tensor_names() {
     let llama = by_gguf_arch("llama").unwrap();
     let gemma = by_gguf_arch("gemma3").unwrap();
     let qwen2moe = by_gguf_arch("qwen2moe").unwrap();
+    let gpt_oss = by_gguf_arch("gpt-oss").unwrap();
     let cases = [
         (llama, "token_embd.weight", "model.embed_tokens.weight"),
         (llama, "output.weight", "lm_head.weight"),
@@ -87,6 +88,11 @@ fn gguf_tensor_names() {
         (qwen2moe, "blk.1.ffn_gate_inp.weight", "model.layers.1.mlp.gate.weight"),
         (qwen2moe, "blk.1.ffn_up_shexp.weight", "model.layers.1.mlp.shared_expert.up_proj.weight"),
         (qwen2moe, "blk.1.ffn_gate_inp_shexp.weight", "model.layers.1.mlp.shared_expert_gate.weight"),
+        // gpt-oss: sinks, its post-attention norm, a router with a bias, expert biases.
+        (gpt_oss, "blk.0.attn_sinks.weight", "model.layers.0.self_attn.sinks"),
+        (gpt_oss, "blk.0.post_attention_norm.weight", "model.layers.0.post_attention_layernorm.weight"),
+        (gpt_oss, "blk.1.ffn_gate_inp.bias", "model.layers.1.mlp.router.bias"),
+        (gpt_oss, "blk.1.ffn_up_exps.bias", "model.layers.1.mlp.experts.up_proj.bias"),
     ];
     for (spec, gguf, hf) in cases {
         assert_eq!(spec.hf_tensor_name(gguf).as_deref(), Some(hf), "{} {gguf}", spec.hf_class);

@@ -284,3 +284,55 @@ fn deepseek_v2_configs_not_built_are_refused() {
         expect_err(&d, &cfg, words);
     }
 }
+
+/// gpt-oss's MXFP4 experts: blocks without their scales, scales of another shape, a byte tensor
+/// that is no MXFP4 part, and a config with fewer experts than the tensors hold each give an
+/// error naming the tensor.
+#[test]
+fn bad_mxfp4_checkpoints() {
+    let blocks = "model.layers.1.mlp.experts.down_proj_blocks";
+    let scales = "model.layers.1.mlp.experts.down_proj_scales";
+    type Corrupt = fn(&mut Vec<Tensor>);
+    let cases: [(&str, Corrupt, &[&str]); 3] = [
+        (
+            "no-scales",
+            |t| t.retain(|t| t.name != "model.layers.1.mlp.experts.down_proj_scales"),
+            &[blocks, "has no", scales],
+        ),
+        (
+            "scales-shape",
+            |t| {
+                let s = t.iter_mut().find(|t| t.name == "model.layers.1.mlp.experts.down_proj_scales").unwrap();
+                s.shape = vec![s.shape[0] * s.shape[1], s.shape[2]];
+            },
+            &[blocks, "MXFP4 needs [.., groups, 16] and [.., groups]"],
+        ),
+        (
+            "stray-bytes",
+            |t| {
+                let mut s = t.iter().find(|t| t.name == "model.layers.1.mlp.experts.down_proj_scales").unwrap().clone();
+                s.name = "model.layers.1.mlp.extra".into();
+                t.push(s);
+            },
+            &["model.layers.1.mlp.extra", "dtype U8 is not supported"],
+        ),
+    ];
+    for (name, corrupt, words) in cases {
+        let d = scratch_dir(&format!("mxfp4-{name}"));
+        copy_model_dir(&tiny("gpt_oss_mxfp4"), &d);
+        let st = d.join("model.safetensors");
+        let mut t = read_safetensors(&st);
+        corrupt(&mut t);
+        write_safetensors(&st, &t);
+        expect_err(&d, &st, words);
+    }
+    // A config with fewer experts than the MXFP4 tensors hold.
+    let d = scratch_dir("mxfp4-experts");
+    copy_model_dir(&tiny("gpt_oss_mxfp4"), &d);
+    let path = d.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["num_local_experts"] = json!(4);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let words = ["model.layers.0.mlp.experts.gate_up_proj_blocks", "holds [512, 64] values, expected [256, 64]"];
+    expect_err(&d, &d.join("model.safetensors"), &words);
+}

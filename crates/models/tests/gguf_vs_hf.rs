@@ -216,18 +216,42 @@ fn hybrids_converted_by_llama_cpp() {
         ("nemotron_h", "NemotronHForCausalLM"),
         ("nemotron_h_moe", "NemotronHForCausalLM"),
     ] {
-        let st = vllm_rs_models::load(&test_data(&format!("data/tiny/{arch}"))).unwrap_or_else(|e| panic!("{e}"));
-        let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
-        let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(gg.model.info().architecture, class);
-        let g = golden(&format!("tiny/{arch}.json"));
-        for case in g["cases"].as_array().unwrap() {
-            let prompt = ids(&case["prompt_token_ids"]);
-            let a = greedy(st.model.as_ref(), &prompt, 16, usize::MAX);
-            let b = greedy(gg.model.as_ref(), &prompt, 16, 5);
-            assert_eq!(a.token_ids, b.token_ids, "{arch}, prompt of {}: GGUF and safetensors ids differ", prompt.len());
-            let d = rel_max_diff(&b.final_logits, &a.final_logits);
-            assert!(d < 1e-5, "{arch}, prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
-        }
+        same_as_safetensors(&test_data(&format!("data/tiny/{arch}")), arch, class);
     }
+}
+
+/// Our forward on `tests/data/tiny-gguf/{arch}.gguf` (prefilled in chunks of 5) against our
+/// forward on the safetensors `dir` it came from, over the golden prompts of `arch`: the same
+/// greedy ids, and final logits equal to float rounding.
+fn same_as_safetensors(dir: &std::path::Path, arch: &str, class: &str) {
+    let st = vllm_rs_models::load(dir).unwrap_or_else(|e| panic!("{e}"));
+    let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
+    let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(gg.model.info().architecture, class);
+    for case in golden(&format!("tiny/{arch}.json"))["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_token_ids"]);
+        let a = greedy(st.model.as_ref(), &prompt, 16, usize::MAX);
+        let b = greedy(gg.model.as_ref(), &prompt, 16, 5);
+        assert_eq!(a.token_ids, b.token_ids, "{arch}, prompt of {}: GGUF and safetensors ids differ", prompt.len());
+        let d = rel_max_diff(&b.final_logits, &a.final_logits);
+        assert!(d < 1e-5, "{arch}, prompt of {}: GGUF logits differ by {d:.2e} of the scale", prompt.len());
+    }
+}
+
+/// Tiny gpt-oss converted by llama.cpp's `convert_hf_to_gguf.py` from its MXFP4 twin
+/// (`scripts/make_tiny_gguf_llamacpp.sh`): experts stay MXFP4 (split into gate, up, down with
+/// their biases), sinks become `attn_sinks`, the router `ffn_gate_inp`; which layers slide and
+/// the YaRN parameters come from the metadata. llama.cpp fixes the clamped SwiGLU's limit at 7.0
+/// (the released models' value) and stores no key for it, while the tiny model uses 2.0 so that
+/// the clamp acts: the safetensors side here runs with 7.0 too (its config copied and changed).
+#[test]
+fn gpt_oss_converted_by_llama_cpp() {
+    use common::files::copy_model_dir;
+    let dir = scratch_dir("gpt_oss_limit7");
+    copy_model_dir(&test_data("data/tiny/gpt_oss_mxfp4"), &dir);
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["swiglu_limit"] = 7.0.into();
+    std::fs::write(&path, config.to_string()).unwrap();
+    same_as_safetensors(&dir, "gpt_oss", "GptOssForCausalLM");
 }

@@ -20,7 +20,12 @@ use vllm_rs_testutil::{golden, test_data};
 const REL_TOL: f64 = 1e-4;
 
 fn check_arch(arch: &str, class: &str) {
-    let dir = test_data(&format!("data/tiny/{arch}"));
+    check_dir(arch, arch, class);
+}
+
+/// [`check_arch`] for the checkpoint in `tests/data/tiny/{dir}` against the goldens of `arch`.
+fn check_dir(dir: &str, arch: &str, class: &str) {
+    let dir = test_data(&format!("data/tiny/{dir}"));
     let g = golden(&format!("tiny/{arch}.json"));
     assert_eq!(g["architecture"], class);
     let lm = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
@@ -176,6 +181,20 @@ fn nemotron_h_moe() {
 #[test]
 fn granite_hybrid() {
     check_arch("granite_hybrid", "GraniteMoeHybridForCausalLM");
+}
+
+#[test]
+fn gpt_oss() {
+    check_arch("gpt_oss", "GptOssForCausalLM");
+}
+
+/// The tiny gpt-oss with its experts as the released checkpoints hold them (MXFP4 `*_blocks` and
+/// `*_scales`, made by `scripts/make_tiny_models.py` from the same values, which lie on the
+/// MXFP4 grid): the same goldens hold. Its experts run as MXFP4 weights (int16 activations),
+/// within the same tolerance.
+#[test]
+fn gpt_oss_mxfp4() {
+    check_dir("gpt_oss_mxfp4", "gpt_oss", "GptOssForCausalLM");
 }
 
 /// A Qwen3.5 release is `Qwen3_5ForConditionalGeneration` (with a vision tower): its text model
