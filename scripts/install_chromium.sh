@@ -9,13 +9,4 @@ set -euo pipefail
 need=()
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-  echo "install_chromium: missing ${need[*]} (apt-get install them as root)" >&2
-  exit 2
-fi
-echo "install_chromium: installing ${need[*]}" >&2
-if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } >&2; then
-  echo "install_chromium: could not install ${need[*]}" >&2
-  exit 2
-fi
+[ ${#need[@]} -eq 0 ] || exec bash "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh" install_chromium "${need[@]}"

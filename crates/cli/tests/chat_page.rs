@@ -3,7 +3,7 @@
 //! request, the conversation is sent back with the next question, model output that holds
 //! `<script>` is shown as text, and the stop button ends a long answer (the server frees the
 //! request). Saves a screenshot (`$CARGO_TARGET_TMPDIR/chat-page.png`; docs/chat-page.png is
-//! one). Skipped, saying so, where Chromium is not installed (scripts/install_chromium.sh).
+//! one). Then `/docs` shows every operation of `/openapi.json`. Skipped, saying so, where Chromium is not installed (scripts/install_chromium.sh).
 
 mod browser;
 mod common;
@@ -121,4 +121,16 @@ fn chat_page_streams_renders_safely_and_stops() {
     assert!(b.text(".msg.assistant .stats").starts_with("stopped"));
     assert_eq!(b.js("return document.getElementById('send').hidden"), json!(false));
     eprintln!("screenshot: {}", shot.display());
+
+    // /docs renders every operation of /openapi.json and the schemas they name.
+    let (_, text) = s.get("/openapi.json");
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let ops: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
+    b.goto(&s.url("/docs"));
+    let all = format!("return document.querySelectorAll('#toc a').length === {ops}");
+    b.wait_for("the operations of /docs", Duration::from_secs(10), &all);
+    let chat = b.text("section[id='post/v1/chat/completions']");
+    assert!(chat.contains("ChatCompletionRequest"), "{chat}");
+    assert!(b.text("#schema-ChatCompletionRequest").contains("max_tokens"));
+    b.screenshot(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-page.png"));
 }
