@@ -17,13 +17,27 @@ use std::time::Duration;
 const KEY: &str = "page-key";
 const LAST_ANSWER: &str = "document.querySelector('.msg.assistant:last-of-type')";
 
-/// The answer the API gives to `messages` with the page's settings below, at temperature 0.
-fn api_answer(s: &Server, messages: &Value, max_tokens: u32) -> String {
-    let body = json!({"model": "smol", "messages": messages, "temperature": 0, "top_p": 1, "top_k": -1,
+/// The message the API answers to `messages` with the page's settings in these tests.
+fn api_message(s: &Server, model: &str, messages: &Value, max_tokens: u32) -> Value {
+    let body = json!({"model": model, "messages": messages, "temperature": 0, "top_p": 1, "top_k": -1,
         "max_tokens": max_tokens});
     let (status, v) = s.post_auth("/v1/chat/completions", &body, Some(KEY));
     assert_eq!(status, 200, "{v}");
-    v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+    v["choices"][0]["message"].clone()
+}
+
+fn api_answer(s: &Server, messages: &Value, max_tokens: u32) -> String {
+    api_message(s, "smol", messages, max_tokens)["content"].as_str().unwrap().to_string()
+}
+
+fn browser() -> Option<Browser> {
+    match find_tools() {
+        Ok((driver, chromium)) => Some(Browser::start(&driver, &chromium, 1100, 720)),
+        Err(why) => {
+            eprintln!("SKIPPED chat_page: {why}");
+            None
+        }
+    }
 }
 
 /// Types `text`, sends it with Enter, and waits until the answer has finished; its text.
@@ -44,15 +58,8 @@ fn running_requests(s: &Server) -> f64 {
 
 #[test]
 fn chat_page_streams_renders_safely_and_stops() {
-    let (driver, chromium) = match find_tools() {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIPPED chat_page: {why}");
-            return;
-        }
-    };
+    let Some(b) = browser() else { return };
     let s = Server::start(&["--served-model-name", "smol", "--api-key", KEY]);
-    let b = Browser::start(&driver, &chromium, 1100, 720);
     b.goto(&s.url("/"));
     // The page loads without the key; the API does not answer it until the key is entered.
     b.wait_for("the missing-key notice", Duration::from_secs(10), "return !document.getElementById('error').hidden");
@@ -133,4 +140,31 @@ fn chat_page_streams_renders_safely_and_stops() {
     assert!(chat.contains("ChatCompletionRequest"), "{chat}");
     assert!(b.text("#schema-ChatCompletionRequest").contains("max_tokens"));
     b.screenshot(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-page.png"));
+}
+
+/// `delta.reasoning` (here from the granite parser, which reads plain-text markers that
+/// Qwen2.5-Coder-0.5B writes when asked to) is shown collapsed above the answer.
+#[test]
+fn reasoning_is_shown_collapsed() {
+    let Some(b) = browser() else { return };
+    let model = vllm_rs_testutil::gguf_path("qwen05");
+    let s = Server::start_model(&model, &["--served-model-name", "qwen", "--reasoning-parser", "granite"]);
+    b.goto(&s.url("/"));
+    b.wait_for(
+        "the model name",
+        Duration::from_secs(10),
+        "return document.getElementById('model').textContent === 'qwen'",
+    );
+    b.set_field("#temperature", "0");
+    b.set_field("#max-tokens", "40");
+    let q = "Repeat exactly: Here is my thought process: two plus three is five. Here is my response: 5";
+    let answer = ask(&b, q);
+    let expected = api_message(&s, "qwen", &json!([{"role": "user", "content": q}]), 40);
+    let reasoning = expected["reasoning"].as_str().expect("the API's answer has reasoning");
+    assert_eq!(answer, expected["content"].as_str().unwrap());
+    let details = format!("{LAST_ANSWER}.querySelector('details')");
+    assert_eq!(b.js(&format!("return [{details}.hidden, {details}.open]")), json!([false, false]));
+    let shown = b.js(&format!("return {details}.querySelector('.reasoning').textContent"));
+    assert_eq!(shown, json!(reasoning));
+    assert!(!b.text(".msg.assistant .content").contains("thought process"));
 }
