@@ -17,10 +17,10 @@ use std::time::Duration;
 const KEY: &str = "page-key";
 const LAST_ANSWER: &str = "document.querySelector('.msg.assistant:last-of-type')";
 
-/// The message the API answers to `messages` with the page's settings in these tests.
+/// The message the API answers to `messages` with the page's settings in these tests
+/// (temperature 0, top p and top k left empty).
 fn api_message(s: &Server, model: &str, messages: &Value, max_tokens: u32) -> Value {
-    let body = json!({"model": model, "messages": messages, "temperature": 0, "top_p": 1, "top_k": -1,
-        "max_tokens": max_tokens});
+    let body = json!({"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens});
     let (status, v) = s.post_auth("/v1/chat/completions", &body, Some(KEY));
     assert_eq!(status, 200, "{v}");
     v["choices"][0]["message"].clone()

@@ -57,7 +57,8 @@
     }
   }
 
-  // A settings field as a number, or undefined when empty (the server's default applies).
+  // A settings field as a number, or undefined when empty: the server's default applies (the
+  // model's generation_config.json, as vLLM's --generation-config auto).
   function numberField(id) {
     const v = $(id).value.trim();
     if (v === "") return undefined;
