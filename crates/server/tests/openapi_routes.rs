@@ -113,11 +113,13 @@ async fn pages_need_no_key_and_load_only_their_own_files() {
         assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
         assert!(headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap().contains("default-src 'none'"));
         // Every file the page names is served here (no CDN), without the key.
-        let linked: Vec<&str> = html.split(['"', '\'']).filter(|t| t.starts_with("/ui/")).collect();
+        // (Relative URLs, so the pages work under a proxy's path prefix.)
+        let linked: Vec<String> =
+            html.split(['"', '\'']).filter(|t| t.starts_with("ui/")).map(|t| format!("/{t}")).collect();
         assert!(linked.len() >= 2, "{page} names no scripts: {html}");
         assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("//cdn"), "{page}");
         for file in linked {
-            let (status, headers, _) = call(&s, Method::GET, file).await;
+            let (status, headers, _) = call(&s, Method::GET, &file).await;
             assert_eq!(status, StatusCode::OK, "{file}");
             assert_ne!(headers[header::CONTENT_TYPE], "application/octet-stream");
         }

@@ -1,6 +1,7 @@
 // The chat page: streams answers from /v1/chat/completions (SSE), renders them as Markdown,
 // shows the reasoning (delta.reasoning) collapsed, and the answer's tokens/s. The settings and
-// the API key are kept in localStorage.
+// the API key are kept in localStorage. URLs are relative, so the page also works behind a
+// proxy that serves the API under a path prefix.
 "use strict";
 
 (function () {
@@ -43,7 +44,7 @@
 
   async function loadModel() {
     try {
-      const resp = await fetch("/v1/models", { headers: headers() });
+      const resp = await fetch("v1/models", { headers: headers() });
       if (resp.status === 401) {
         showError("This server needs an API key: enter it under API key.");
         return;
@@ -212,7 +213,7 @@
     let usage = null;
     let finish = null;
     try {
-      const resp = await fetch("/v1/chat/completions", {
+      const resp = await fetch("v1/chat/completions", {
         method: "POST",
         headers: headers(),
         body: JSON.stringify(body),

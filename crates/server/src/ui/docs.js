@@ -84,7 +84,7 @@
   }
 
   async function start() {
-    const doc = await (await fetch("/openapi.json")).json();
+    const doc = await (await fetch("openapi.json")).json();
     document.getElementById("version").textContent = "OpenAPI " + doc.openapi + " · " + doc.info.version;
     document.getElementById("description").textContent = doc.info.description || "";
     const ops = document.getElementById("operations");
