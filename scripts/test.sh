@@ -9,6 +9,17 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export VLLM_RS_TEST_MODELS=${VLLM_RS_TEST_MODELS:-$REPO/.models}
 bash "$REPO/scripts/fetch_test_models.sh" "$VLLM_RS_TEST_MODELS"
+# Headless Chromium for the chat page's test: once installed, its absence fails that test;
+# where it cannot be installed, the test skips, saying so.
+rc=0
+bash "$REPO/scripts/install_chromium.sh" || rc=$?
+if [ $rc -eq 0 ]; then
+  export VLLM_RS_REQUIRE_BROWSER=1
+elif [ $rc -eq 2 ]; then
+  echo "test.sh: the chat page's browser test will be SKIPPED (see above)" >&2
+else
+  exit $rc
+fi
 cd "$REPO"
 if [ $# -gt 0 ]; then
   exec cargo test "$@"

@@ -14,15 +14,7 @@ need=()
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "test_aarch64: missing ${need[*]} (apt-get install them as root)" >&2
-    exit 2
-  fi
-  echo "test_aarch64: installing ${need[*]}" >&2
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } >&2; then
-    echo "test_aarch64: could not install ${need[*]}" >&2
-    exit 2
-  fi
+  bash "$REPO/scripts/apt_install.sh" test_aarch64 "${need[@]}" || exit $?
 fi
 if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
   rustup target add "$TARGET" >&2 || { echo "test_aarch64: could not add the Rust target $TARGET" >&2; exit 2; }

@@ -1,4 +1,4 @@
-//! The router: routes, authentication, CORS, access log, and FastAPI-style 404/405 answers.
+//! The router: API routes, the pages (`ui`), authentication, CORS, access log, and FastAPI-style 404/405 answers.
 
 use crate::auth::require_api_key;
 use crate::config::CorsConfig;
@@ -12,38 +12,15 @@ use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
 pub fn router(state: Arc<AppState>) -> Router {
-    // ORCA load reports on completion and chat answers (see `orca.rs`).
-    let orca = middleware::from_fn_with_state(state.clone(), crate::orca::load_report);
-    let mut app = Router::new()
-        .route("/health", get(health::health))
-        .route("/ping", get(health::ping).post(health::ping))
-        .route("/version", get(health::version))
-        .route("/metrics", get(metrics::metrics))
-        .route("/v1/models", get(models::list))
-        .route("/v1/completions", post(completions::create).layer(orca.clone()))
-        .route("/v1/chat/completions", post(chat::create).layer(orca))
-        .route("/v1/responses", post(responses::create))
-        .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
-        .route("/v1/responses/{id}/cancel", post(responses::cancel))
-        .route("/v1/messages", post(messages::create))
-        .route("/v1/messages/count_tokens", post(messages::count_tokens))
-        .route("/invocations", post(sagemaker::invocations))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/pooling", post(embeddings::pooling))
-        .route("/classify", post(classify::classify))
-        .route("/score", post(score::score))
-        .route("/v1/score", post(score::score))
-        .route("/rerank", post(score::rerank))
-        .route("/v1/rerank", post(score::rerank))
-        .route("/v2/rerank", post(score::rerank))
-        .route("/tokenize", post(tokenize::tokenize))
-        .route("/detokenize", post(tokenize::detokenize))
+    let api = api_routes(&state).into_iter().fold(Router::new(), |app, (path, route)| app.route(path, route));
+    let mut app = api
+        .merge(crate::ui::routes())
         .fallback(|| async { not_found() })
         .method_not_allowed_fallback(|| async { method_not_allowed() })
         .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
@@ -53,6 +30,38 @@ pub fn router(state: Arc<AppState>) -> Router {
         app = app.layer(cors);
     }
     app
+}
+
+/// The API: every route but the pages of [`crate::ui`]. `/openapi.json` documents exactly these
+/// paths and methods (tests/openapi_routes.rs checks both ways).
+pub fn api_routes(state: &Arc<AppState>) -> Vec<(&'static str, MethodRouter<Arc<AppState>>)> {
+    // ORCA load reports on completion and chat answers (see `orca.rs`).
+    let orca = middleware::from_fn_with_state(state.clone(), crate::orca::load_report);
+    vec![
+        ("/health", get(health::health)),
+        ("/ping", get(health::ping).post(health::ping)),
+        ("/version", get(health::version)),
+        ("/metrics", get(metrics::metrics)),
+        ("/v1/models", get(models::list)),
+        ("/v1/completions", post(completions::create).layer(orca.clone())),
+        ("/v1/chat/completions", post(chat::create).layer(orca)),
+        ("/v1/responses", post(responses::create)),
+        ("/v1/responses/{id}", get(responses::get).delete(responses::delete)),
+        ("/v1/responses/{id}/cancel", post(responses::cancel)),
+        ("/v1/messages", post(messages::create)),
+        ("/v1/messages/count_tokens", post(messages::count_tokens)),
+        ("/invocations", post(sagemaker::invocations)),
+        ("/v1/embeddings", post(embeddings::embeddings)),
+        ("/pooling", post(embeddings::pooling)),
+        ("/classify", post(classify::classify)),
+        ("/score", post(score::score)),
+        ("/v1/score", post(score::score)),
+        ("/rerank", post(score::rerank)),
+        ("/v1/rerank", post(score::rerank)),
+        ("/v2/rerank", post(score::rerank)),
+        ("/tokenize", post(tokenize::tokenize)),
+        ("/detokenize", post(tokenize::detokenize)),
+    ]
 }
 
 /// One line per request, as uvicorn's access log (health checks and scrapes at debug).

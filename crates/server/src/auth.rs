@@ -1,5 +1,6 @@
 //! API-key authentication (vLLM's `--api-key` / `VLLM_API_KEY`). Every route needs the key
-//! except `/health` (and CORS preflights), as `Authorization: Bearer <key>` or as `x-api-key:
+//! except `/health`, the static pages of [`crate::ui`] (the chat page, `/docs`, `/openapi.json`:
+//! they hold no data; the chat page's API calls carry the key) and CORS preflights, as `Authorization: Bearer <key>` or as `x-api-key:
 //! <key>` (how Anthropic's SDKs and Claude-compatible tools send it); a missing or wrong key is a
 //! 401 in the API's own error shape (Anthropic's on `/v1/messages`, OpenAI's elsewhere). An
 //! empty key is refused at start-up (it would turn authentication off).
@@ -17,7 +18,8 @@ const OPEN_PATHS: &[&str] = &["/health"];
 
 pub async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let keys = &state.config.api_keys;
-    if keys.is_empty() || req.method() == Method::OPTIONS || OPEN_PATHS.contains(&req.uri().path()) {
+    let path = req.uri().path();
+    if keys.is_empty() || req.method() == Method::OPTIONS || OPEN_PATHS.contains(&path) || crate::ui::is_page(path) {
         return next.run(req).await;
     }
     let headers = req.headers();

@@ -34,6 +34,7 @@ pub mod structured;
 pub mod tool_parsers;
 pub mod tools;
 pub mod turn;
+pub mod ui;
 
 pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;

@@ -291,19 +291,26 @@ pub enum Endpoint {
 
 impl Endpoint {
     fn accepts(self, key: &str) -> bool {
-        match self {
-            Endpoint::Completion => COMMON.contains(&key) || COMPLETION.contains(&key),
-            Endpoint::Chat => COMMON.contains(&key) || CHAT.contains(&key),
-            Endpoint::Tokenize => TOKENIZE.contains(&key),
-            Endpoint::Detokenize => DETOKENIZE.contains(&key),
-            Endpoint::Embeddings => EMBEDDINGS.contains(&key),
-            Endpoint::Classify => CLASSIFY.contains(&key),
-            Endpoint::Score => SCORE.contains(&key),
-            Endpoint::Rerank => RERANK.contains(&key),
-            Endpoint::Messages => MESSAGES.contains(&key),
-            Endpoint::CountTokens => COUNT_TOKENS.contains(&key),
-            Endpoint::Responses => RESPONSES.contains(&key) || super::responses::CHAT_FIELDS.contains(&key),
-        }
+        self.fields().any(|f| f == key)
+    }
+
+    /// The fields this endpoint takes; /openapi.json's request schemas list exactly these
+    /// (tests/openapi_routes.rs).
+    pub fn fields(self) -> impl Iterator<Item = &'static str> {
+        let lists: &[&[&'static str]] = match self {
+            Endpoint::Completion => &[COMMON, COMPLETION],
+            Endpoint::Chat => &[COMMON, CHAT],
+            Endpoint::Tokenize => &[TOKENIZE],
+            Endpoint::Detokenize => &[DETOKENIZE],
+            Endpoint::Embeddings => &[EMBEDDINGS],
+            Endpoint::Classify => &[CLASSIFY],
+            Endpoint::Score => &[SCORE],
+            Endpoint::Rerank => &[RERANK],
+            Endpoint::Messages => &[MESSAGES],
+            Endpoint::CountTokens => &[COUNT_TOKENS],
+            Endpoint::Responses => &[RESPONSES, super::responses::CHAT_FIELDS],
+        };
+        lists.iter().flat_map(|l| l.iter().copied())
     }
 
     fn unsupported(self, key: &str) -> Option<&'static Unsupported> {
