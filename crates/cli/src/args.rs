@@ -66,7 +66,8 @@ pub struct EngineArgs {
     /// model of the same family proposes greedily; it shares the target's KV block ids and
     /// takes its own share of the KV memory). Greedy output is unchanged; sampled output keeps
     /// its distribution.
-    /// `disable_by_batch_size: N` proposes no drafts while more than N requests run.
+    /// `disable_by_batch_size: N` proposes no drafts while more than N requests run (default 4,
+    /// where drafts stop paying on a CPU; `null` drafts at any batch size, as vLLM does).
     #[arg(long, value_parser = SpeculativeConfig::parse)]
     pub speculative_config: Option<SpeculativeConfig>,
 

@@ -86,7 +86,10 @@ fn ngram_drafts_keep_greedy_output_exact() {
         "accepted drafts save steps"
     );
 
-    // 32 at once, with a budget small enough that drafts are cut and requests wait.
+    // 32 at once, with a budget small enough that drafts are cut and requests wait (and no
+    // batch-size cut, so drafts are verified in the batch).
+    let spec =
+        r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "disable_by_batch_size": null}"#;
     let mut batch = engine(Some(spec), 64);
     let got = run(&mut batch, &prompts, 32, false);
     for (i, g) in got.iter().enumerate() {
