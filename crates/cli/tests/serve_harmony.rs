@@ -153,24 +153,11 @@ fn harmony_outputs_become_reasoning_content_and_tool_calls() {
 }
 
 #[test]
-fn harmony_parsers_are_listed_and_need_harmony_tokens() {
+fn harmony_parsers_are_listed() {
     let bin = env!("CARGO_BIN_EXE_vllm-rs");
     let help = std::process::Command::new(bin).args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("openai (gpt-oss harmony)") && help.contains("openai_gptoss"), "{help}");
-    // SmolLM2's tokenizer has no harmony markers: neither parser can read its output.
-    let model = vllm_rs_testutil::gguf_path("smollm2");
-    for flags in
-        [vec!["--enable-auto-tool-choice", "--tool-call-parser", "openai"], vec!["--reasoning-parser", "gpt_oss"]]
-    {
-        let out = std::process::Command::new(bin)
-            .args(["serve", model.to_str().unwrap(), "--port", "0", "--host", "127.0.0.1"])
-            .args(["--max-model-len", "512", "--kv-cache-memory", "64MiB"])
-            .args(&flags)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains("needs the <|start|> token"), "{flags:?}: {err}");
-    }
+    // That both refuse a tokenizer without harmony's markers is checked with the other parsers'
+    // start-up checks (serve_structured.rs).
 }

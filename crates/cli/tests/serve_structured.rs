@@ -330,6 +330,9 @@ fn tool_and_reasoning_flags_are_checked_at_start() {
         (vec!["--reasoning-parser", "qwen3"], "no <think> token"),
         // Nor the <tool_call> tokens qwen3_coder's format is made of.
         (vec!["--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"], "needs the <tool_call> token"),
+        // Nor harmony's markers (gpt-oss).
+        (vec!["--enable-auto-tool-choice", "--tool-call-parser", "openai"], "needs the <|start|> token"),
+        (vec!["--reasoning-parser", "gpt_oss"], "needs the <|start|> token"),
     ] {
         let out = std::process::Command::new(bin)
             .args(["serve", model.to_str().unwrap(), "--port", "0", "--host", "127.0.0.1"])

@@ -186,16 +186,13 @@ fn missing_path() {
 #[test]
 fn opt_variants_not_built_are_refused() {
     // opt-350m's project_in/out and post-norm layers: a config error naming the key.
-    let d = scratch_dir("opt-refused");
-    copy_model_dir(&tiny("opt"), &d);
-    let cfg = d.join("config.json");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
-    for (key, value) in [("word_embed_proj_dim", json!(32)), ("do_layer_norm_before", json!(false))] {
-        let mut bad = v.clone();
-        bad[key] = value;
-        std::fs::write(&cfg, bad.to_string()).unwrap();
-        expect_err(&d, &cfg, &[key, "not supported"]);
-    }
+    expect_config_errs(
+        "opt",
+        &[
+            ("word_embed_proj_dim", json!(32), &["word_embed_proj_dim", "not supported"]),
+            ("do_layer_norm_before", json!(false), &["do_layer_norm_before", "not supported"]),
+        ],
+    );
 }
 
 #[test]
@@ -224,32 +221,34 @@ fn bad_moe_checkpoints_and_configs() {
     expect_err(&p, &p, &["model.layers.0.mlp.experts.up_proj.weight", "expected 8 experts", "num_experts = 8"]);
 
     // More experts per token than there are; a missing expert count; OLMoE's clip_qkv.
-    let d = scratch_dir("moe-config");
-    copy_model_dir(&tiny("olmoe"), &d);
-    let cfg = d.join("config.json");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
-    for (key, value, words) in [
-        ("num_experts_per_tok", json!(9), &["num_experts_per_tok (9)", "number of experts (8)"][..]),
-        ("num_experts", serde_json::Value::Null, &["num_experts"][..]),
-        ("clip_qkv", json!(8.0), &["clip_qkv", "not supported"][..]),
-    ] {
-        let mut bad = v.clone();
-        bad[key] = value;
-        std::fs::write(&cfg, bad.to_string()).unwrap();
-        expect_err(&d, &cfg, words);
-    }
-
+    expect_config_errs(
+        "olmoe",
+        &[
+            ("num_experts_per_tok", json!(9), &["num_experts_per_tok (9)", "number of experts (8)"]),
+            ("num_experts", serde_json::Value::Null, &["num_experts"]),
+            ("clip_qkv", json!(8.0), &["clip_qkv", "not supported"]),
+        ],
+    );
     // Nemotron-H: groups that do not divide the experts; the latent projection (Nemotron 3 Super).
-    let d = scratch_dir("nemotron-moe-config");
-    copy_model_dir(&tiny("nemotron_h_moe"), &d);
+    expect_config_errs(
+        "nemotron_h_moe",
+        &[
+            ("n_group", json!(3), &["n_group (3)", "8 experts"]),
+            ("moe_latent_size", json!(32), &["moe_latent_size", "not supported"]),
+        ],
+    );
+}
+
+/// Tiny `arch` with each `(key, value)` set in its config in turn: loading fails naming the
+/// config file and saying `words`.
+fn expect_config_errs(arch: &str, cases: &[(&str, serde_json::Value, &[&str])]) {
+    let d = scratch_dir(&format!("{arch}-config"));
+    copy_model_dir(&tiny(arch), &d);
     let cfg = d.join("config.json");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
-    for (key, value, words) in [
-        ("n_group", json!(3), &["n_group (3)", "8 experts"][..]),
-        ("moe_latent_size", json!(32), &["moe_latent_size", "not supported"][..]),
-    ] {
+    for (key, value, words) in cases {
         let mut bad = v.clone();
-        bad[key] = value;
+        bad[*key] = value.clone();
         std::fs::write(&cfg, bad.to_string()).unwrap();
         expect_err(&d, &cfg, words);
     }
