@@ -110,6 +110,13 @@ pub fn architecture(config: &Value) -> Result<String> {
         .ok_or_else(|| Error::msg("config.json has no \"architectures\" list"))
 }
 
+/// A GGUF metadata key holding one count per layer (hybrids: 0 where a layer lacks the part).
+pub fn gguf_per_layer(g: &GgufFile, key: &str) -> Result<Vec<u64>> {
+    let list = g.get(key).and_then(|v| v.as_array());
+    let list = list.ok_or_else(|| Error::msg(format!("metadata key {key} (one per layer) is missing")))?;
+    Ok(list.iter().map(|v| v.as_u64().unwrap_or(0)).collect())
+}
+
 /// Builds an HF-style config from GGUF metadata (the inverse of llama.cpp's converter).
 pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     let arch = g.architecture()?;
@@ -121,9 +128,9 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     let req = |k: &str| g.require_u64(&key(k)).map(|v| v as usize);
     // A count per layer in hybrids (0 where a layer has no attention or feed-forward): the
     // largest is the model's.
-    let most = |k: &str| match g.get(&key(k)).and_then(|v| v.as_array()) {
-        Some(per_layer) => per_layer.iter().filter_map(|v| v.as_u64()).max().map(|v| v as usize),
-        None => g.get_u64(&key(k)).map(|v| v as usize),
+    let most = |k: &str| {
+        let one = g.get_u64(&key(k));
+        one.or_else(|| gguf_per_layer(g, &key(k)).ok()?.into_iter().max()).map(|v| v as usize)
     };
     let hidden = req("embedding_length")?;
     let heads = req("attention.head_count")?;

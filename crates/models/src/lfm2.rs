@@ -47,11 +47,7 @@ pub const LFM2: ArchSpec = ArchSpec {
 /// llama.cpp's `lfm2` metadata: a KV head count per layer (0 for convolution layers), the
 /// convolution's taps, and the feed-forward width already adjusted.
 fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
-    let per_layer = g
-        .get("lfm2.attention.head_count_kv")
-        .and_then(|v| v.as_array())
-        .ok_or_else(|| Error::msg("metadata key lfm2.attention.head_count_kv (one per layer) is missing"))?;
-    let kv: Vec<u64> = per_layer.iter().map(|v| v.as_u64().unwrap_or(0)).collect();
+    let kv = crate::config::gguf_per_layer(g, "lfm2.attention.head_count_kv")?;
     c["layer_types"] = kv.iter().map(|&n| if n == 0 { "conv" } else { "full_attention" }).collect();
     c["num_key_value_heads"] = kv.iter().copied().max().unwrap_or(0).into();
     c["conv_L_cache"] = g.require_u64("lfm2.shortconv.l_cache")?.into();

@@ -89,11 +89,7 @@ const GGUF_MODULES: &[(&str, &str)] = &[
 fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
     let arch = g.architecture()?;
     let key = |k: &str| format!("{arch}.{k}");
-    let per_layer = |k: &str| -> Result<Vec<u64>> {
-        let list = g.get(&key(k)).and_then(|v| v.as_array());
-        let list = list.ok_or_else(|| Error::msg(format!("metadata key {} (one per layer) is missing", key(k))))?;
-        Ok(list.iter().map(|v| v.as_u64().unwrap_or(0)).collect())
-    };
+    let per_layer = |k: &str| crate::config::gguf_per_layer(g, &key(k));
     let (kv, ff) = (per_layer("attention.head_count_kv")?, per_layer("feed_forward_length")?);
     let types: Vec<&str> = kv
         .iter()
