@@ -12,6 +12,7 @@
 # A benchmark, not a test: run it on a quiet machine.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$REPO/scripts/wait_healthy.sh"
 MODELS=${VLLM_RS_TEST_MODELS:-$REPO/.models}
 GGUF=$MODELS/gguf/smollm2-135m-instruct-q4_1/SmolLM2-135M-Instruct.Q4_1.gguf
 TOKENIZER=$MODELS/hf/smollm2-135m-instruct-from-q4_1
@@ -40,15 +41,7 @@ BIN=$TARGET/release/vllm-rs
   --max-model-len 2048 --no-enable-prefix-caching >"$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do
-  curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-  sleep 0.1
-done
-curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || {
-  echo "server not healthy; log:" >&2
-  cat "$OUT/server.log" >&2
-  exit 1
-}
+wait_healthy "$PORT" "$OUT/server.log" 60
 
 # The same flags for both clients (greedy, so the two runs' texts can be compared too).
 FLAGS=(--backend vllm --base-url "http://127.0.0.1:$PORT" --model smollm2 --tokenizer "$TOKENIZER"

@@ -10,6 +10,7 @@
 # least 8), INPUT (256), OUTPUT (128), VLLM_RS (default target/release/vllm-rs), PORT (8094).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$REPO/scripts/wait_healthy.sh"
 MODEL=${1:?usage: bench_speculative_batched.sh MODEL [SPEC_JSON]}
 SPEC=${2:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'}
 CONCURRENCY=${CONCURRENCY:-1 16 64}
@@ -26,10 +27,7 @@ for mode in off on; do
   [ "$mode" = on ] && args+=(--speculative-config "$SPEC")
   "$VLLM_RS" "${args[@]}" >"$OUT/server-$mode.log" 2>&1 &
   PID=$!
-  for _ in $(seq 1 600); do
-    curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    sleep 0.5
-  done
+  wait_healthy "$PORT" "$OUT/server-$mode.log"
   for c in $CONCURRENCY; do
     n=${PROMPTS:-$((c * 2 > 8 ? c * 2 : 8))}
     "$VLLM_RS" --log-level warn bench serve --port "$PORT" --dataset-name random --random-input-len "$INPUT" \

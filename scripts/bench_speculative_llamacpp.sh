@@ -11,6 +11,7 @@
 # (llama.cpp's n-gram flags, default `--spec-type ngram-simple`), DRAFT_MAX (4).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$REPO/scripts/wait_healthy.sh"
 TARGET=${1:?usage: bench_speculative_llamacpp.sh TARGET.gguf [DRAFT.gguf] [ROUNDS]}
 DRAFT=${2:-}
 ROUNDS=${3:-3}
@@ -38,10 +39,7 @@ for r in $(seq 1 "$ROUNDS"); do
     esac
     "$LLAMA_SERVER" "${args[@]}" >"$OUT/server.log" 2>&1 &
     PID=$!
-    for _ in $(seq 1 240); do
-      curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-      sleep 0.5
-    done
+    wait_healthy "$PORT" "$OUT/server.log" 120
     python3 - "$REPO/crates/core/src/block_pool.rs" "$PORT" "$N" "$mode" "$r" >>"$OUT/rates" <<'PYEOF'
 import json, sys, urllib.request
 src, port, n, mode, r = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]

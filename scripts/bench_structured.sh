@@ -10,6 +10,7 @@
 # greedy; without EOS ignored, so the schema's end closes a constrained answer.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$REPO/scripts/wait_healthy.sh"
 MODEL=${1:?usage: bench_structured.sh MODEL}
 CONCURRENCY=${CONCURRENCY:-1 16}
 INPUT=${INPUT:-128}
@@ -26,10 +27,7 @@ SCHEMA='{"response_format": {"type": "json_schema", "json_schema": {"name": "per
    "scores": {"type": "array", "items": {"type": "number"}}}}}}}'
 "$VLLM_RS" --log-level warn serve "$MODEL" --port "$PORT" --max-model-len 4096 --max-num-seqs 64 >"$OUT/server.log" 2>&1 &
 PID=$!
-for _ in $(seq 1 600); do
-  curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-  sleep 0.5
-done
+wait_healthy "$PORT" "$OUT/server.log"
 echo "model $MODEL, concurrency $CONCURRENCY; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for c in $CONCURRENCY; do
   n=$((c * 2 > 16 ? c * 2 : 16))
