@@ -41,6 +41,14 @@ fn browser() -> Option<Browser> {
 }
 
 /// Types `text`, sends it with Enter, and waits until the answer has finished; its text.
+/// Waits until the page lists `model`, then sets greedy sampling and `max_tokens`.
+fn greedy_once_listed(b: &Browser, model: &str, max_tokens: u32) {
+    let listed = format!("return document.getElementById('model').textContent === '{model}'");
+    b.wait_for("the model name", Duration::from_secs(10), &listed);
+    b.set_field("#temperature", "0");
+    b.set_field("#max-tokens", &max_tokens.to_string());
+}
+
 fn ask(b: &Browser, text: &str) -> String {
     b.type_into("#input", text);
     b.type_into("#input", ENTER);
@@ -66,13 +74,7 @@ fn chat_page_streams_renders_safely_and_stops() {
     assert!(b.text("#error").contains("API key"), "{}", b.text("#error"));
     b.type_into("#api-key", KEY);
     b.type_into("#api-key", "\u{E004}"); // Tab: the change event lists the models with the key
-    b.wait_for(
-        "the model name",
-        Duration::from_secs(10),
-        "return document.getElementById('model').textContent === 'smol'",
-    );
-    b.set_field("#temperature", "0");
-    b.set_field("#max-tokens", "48");
+    greedy_once_listed(&b, "smol", 48);
 
     // One question: the streamed answer is the API's greedy answer, and what is shown is it.
     let q1 = "What is the capital of France?";
@@ -150,13 +152,7 @@ fn reasoning_is_shown_collapsed() {
     let model = vllm_rs_testutil::gguf_path("qwen05");
     let s = Server::start_model(&model, &["--served-model-name", "qwen", "--reasoning-parser", "granite"]);
     b.goto(&s.url("/"));
-    b.wait_for(
-        "the model name",
-        Duration::from_secs(10),
-        "return document.getElementById('model').textContent === 'qwen'",
-    );
-    b.set_field("#temperature", "0");
-    b.set_field("#max-tokens", "40");
+    greedy_once_listed(&b, "qwen", 40);
     let q = "Repeat exactly: Here is my thought process: two plus three is five. Here is my response: 5";
     let answer = ask(&b, q);
     let expected = api_message(&s, "qwen", &json!([{"role": "user", "content": q}]), 40);
