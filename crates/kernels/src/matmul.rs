@@ -83,10 +83,13 @@ thread_local! {
 }
 
 /// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
-/// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product.
+/// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product, or in the bf16 mode
+/// a bf16 one ([`crate::bf16_matmul`]).
 pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     let tier = isa::tier();
-    if w.ty.is_quantized() {
+    if let Some(p) = &w.bf16 {
+        crate::bf16_matmul::matmul(p, x, m, out)
+    } else if w.ty.is_quantized() {
         matmul_many(x, m, &[w], &mut [out]);
     } else {
         matmul_dense(tier, x, m, w, out)
@@ -99,6 +102,9 @@ pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]])
     assert_eq!(ws.len(), outs.len());
     let tier = isa::tier();
     let cols = ws[0].cols;
+    if let Some(ps) = ws.iter().map(|w| w.bf16.as_deref().filter(|p| p.cols == cols)).collect::<Option<Vec<_>>>() {
+        return crate::bf16_matmul::matmul_many(&ps, x, m, outs);
+    }
     if !ws.iter().all(|w| w.ty.is_quantized() && w.cols == cols) {
         ws.iter().zip(outs.iter_mut()).for_each(|(w, o)| matmul(x, m, w, o));
         return;
