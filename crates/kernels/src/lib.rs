@@ -4,6 +4,7 @@
 //! ([`isa::tier`]) and tested against it on random data.
 
 pub mod attention;
+pub mod backend;
 pub mod bf16_matmul;
 pub mod encoder_attention;
 pub mod ggml;
@@ -26,5 +27,6 @@ pub mod recurrent;
 pub mod testing;
 pub mod weight;
 
+pub use backend::Backend;
 pub use ggml::GgmlType;
 pub use weight::{Storage, Weight};

@@ -86,33 +86,36 @@ thread_local! {
 /// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product, or in the bf16 mode
 /// a bf16 one ([`crate::bf16_matmul`]).
 pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
-    let tier = isa::tier();
-    if let Some(p) = &w.bf16 {
-        crate::bf16_matmul::matmul(p, x, m, out)
-    } else if w.ty.is_quantized() {
-        matmul_many(x, m, &[w], &mut [out]);
-    } else {
-        matmul_dense(tier, x, m, w, out)
-    }
+    matmul_many_on(isa::tier(), x, m, &[w], &mut [out])
 }
 
 /// [`matmul`] of the same `x` by several weights (q/k/v, gate/up): quantized weights share one
 /// quantization of `x`, and packed weights one pool job.
 pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
+    matmul_many_on(isa::tier(), x, m, ws, outs)
+}
+
+/// [`matmul_many`] on a given tier (the backends call this).
+pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
     assert_eq!(ws.len(), outs.len());
-    let tier = isa::tier();
     let cols = ws[0].cols;
     if let Some(ps) = ws.iter().map(|w| w.bf16.as_deref().filter(|p| p.cols == cols)).collect::<Option<Vec<_>>>() {
-        return crate::bf16_matmul::matmul_many(&ps, x, m, outs);
+        return crate::bf16_matmul::matmul_many_on(crate::bf16_matmul::Kernel::for_tier(tier), &ps, x, m, outs);
     }
     if !ws.iter().all(|w| w.ty.is_quantized() && w.cols == cols) {
-        ws.iter().zip(outs.iter_mut()).for_each(|(w, o)| matmul(x, m, w, o));
+        for (w, o) in ws.iter().zip(outs.iter_mut()) {
+            if w.ty.is_quantized() || w.bf16.is_some() {
+                matmul_many_on(tier, x, m, &[w], &mut [o]);
+            } else {
+                matmul_dense(tier, x, m, w, o);
+            }
+        }
         return;
     }
     assert_eq!(x.len(), m * cols, "matmul: x is not {m} x {cols}");
     ACTS.with(|a| {
         let mut a = a.borrow_mut();
-        a.quantize_into(x, m, cols);
+        a.quantize_into(tier, x, m, cols);
         #[cfg(target_arch = "x86_64")]
         if tier == Tier::Avx512 {
             let packed: [Option<&crate::packed::Packed>; 4] = std::array::from_fn(|i| ws.get(i)?.packed.as_deref());
