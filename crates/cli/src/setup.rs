@@ -59,7 +59,12 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
     use vllm_rs_kernels::bf16_matmul::{DenseCompute, set_dense_compute};
     match args.dtype.as_str() {
         "auto" | "float32" | "float" => set_dense_compute(DenseCompute::F32),
-        "bfloat16" => set_dense_compute(DenseCompute::Bf16),
+        "bfloat16" => {
+            set_dense_compute(DenseCompute::Bf16);
+            info!(
+                "--dtype bfloat16: dense weights and activations are rounded to bf16 (f32 accumulation); quantized weights are unaffected"
+            )
+        }
         "float16" | "half" => {
             set_dense_compute(DenseCompute::F32);
             info!("--dtype {}: computing in float32 (f16 compute is not implemented; bfloat16 is)", args.dtype)

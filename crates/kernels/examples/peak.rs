@@ -1,7 +1,7 @@
 //! Developer tool: the compute roof, as instructions a second per core of the dot products the
 //! kernels are built on — `vpdpwssd` (the packed int16 kernels: 32 multiply-adds each) and
-//! `vfmadd231ps` on zmm and ymm (the float kernels), `vdpbf16ps` (the bf16 mode: 32 bf16 multiply-adds) — sixteen independent chains each, so that
-//! throughput, not latency, bounds them; and the clock, from a chain of dependent `imul`s (three
+//! `vfmadd231ps` on zmm and ymm (the float kernels), `vdpbf16ps` (the bf16 mode: 32 bf16
+//! multiply-adds) — sixteen independent chains each, so that throughput, not latency, bounds them; and the clock, from a chain of dependent `imul`s (three
 //! cycles each). Pairs with `membw` (the bandwidth roof): a kernel's roof is the larger of its
 //! bytes over bandwidth and its instructions over these rates.
 //!
@@ -12,7 +12,7 @@ fn main() {
     let threads: usize = std::env::args().nth(1).map_or(1, |a| a.parse().expect("THREADS: a number"));
     #[cfg(target_arch = "x86_64")]
     {
-        let rates: Vec<[f64; 4]> = std::thread::scope(|s| {
+        let rates: Vec<[f64; 5]> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(x86::rates)).collect();
             handles.into_iter().map(|h| h.join().expect("measuring thread")).collect()
         });
