@@ -83,8 +83,11 @@ pub struct EngineArgs {
     #[arg(long, env = "VLLM_RS_THREADS")]
     pub threads: Option<usize>,
 
-    /// Compute dtype: auto/float32. bfloat16, float16 and half are accepted and computed in
-    /// float32 for now (weights keep their stored format; exact, a little slower than bf16).
+    /// Compute dtype of dense (f32/f16/bf16) weights: auto/float32 computes in float32 (exact:
+    /// greedy output equals a float32 reference); bfloat16 rounds weights and activations to
+    /// bf16 and accumulates in float32 (`vdpbf16ps` on AVX512-BF16, an exact emulation
+    /// elsewhere), as vLLM does for bf16 checkpoints. float16 and half compute in float32.
+    /// Quantized GGUF weights are unaffected.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
 

@@ -56,10 +56,18 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
 /// Loads the model with the runner `--runner` asks for (`auto`: pooling for encoder models).
 pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> {
     let t0 = Instant::now();
+    use vllm_rs_kernels::bf16_matmul::{DenseCompute, set_dense_compute};
     match args.dtype.as_str() {
-        "auto" | "float32" | "float" => {}
-        "bfloat16" | "float16" | "half" => {
-            info!("--dtype {}: computing in float32 (bf16/f16 compute is not implemented yet)", args.dtype)
+        "auto" | "float32" | "float" => set_dense_compute(DenseCompute::F32),
+        "bfloat16" => {
+            set_dense_compute(DenseCompute::Bf16);
+            info!(
+                "--dtype bfloat16: dense weights and activations are rounded to bf16 (f32 accumulation); quantized weights are unaffected"
+            )
+        }
+        "float16" | "half" => {
+            set_dense_compute(DenseCompute::F32);
+            info!("--dtype {}: computing in float32 (f16 compute is not implemented; bfloat16 is)", args.dtype)
         }
         d => bail!("--dtype {d}: expected auto, float32, bfloat16, float16 or half"),
     }
@@ -254,6 +262,11 @@ fn load_generate(
             tier.name(),
             packed as f64 / (1 << 20) as f64
         );
+    }
+    let bf16 = vllm_rs_kernels::packed_bf16::packed_bf16_bytes();
+    if bf16 > 0 {
+        let kernel = vllm_rs_kernels::bf16_matmul::Kernel::for_tier(tier);
+        info!("dense weights rounded to bf16 for the {kernel:?} kernel: {:.0} MiB", bf16 as f64 / (1 << 20) as f64);
     }
     info!("model ready in {:.2} s", t0.elapsed().as_secs_f64());
     Ok(Loaded {

@@ -47,9 +47,12 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
     let (status, _) = s.post("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 1, "logprobs": 5}));
     assert_eq!(status, 400, "the config file's max_logprobs applies");
     let log = s.log();
-    for note in
-        ["--dtype bfloat16: computing in float32", "--trust-remote-code", "--enforce-eager", "--limit-mm-per-prompt"]
-    {
+    for note in [
+        "--dtype bfloat16: dense weights and activations are rounded to bf16",
+        "--trust-remote-code",
+        "--enforce-eager",
+        "--limit-mm-per-prompt",
+    ] {
         assert!(log.contains(note), "no log line for {note}: {log}");
     }
 }

@@ -1,7 +1,7 @@
 //! Developer tool: the compute roof, as instructions a second per core of the dot products the
 //! kernels are built on — `vpdpwssd` (the packed int16 kernels: 32 multiply-adds each) and
-//! `vfmadd231ps` on zmm and ymm (the float kernels) — sixteen independent chains each, so that
-//! throughput, not latency, bounds them; and the clock, from a chain of dependent `imul`s (three
+//! `vfmadd231ps` on zmm and ymm (the float kernels), `vdpbf16ps` (the bf16 mode: 32 bf16
+//! multiply-adds) — sixteen independent chains each, so that throughput, not latency, bounds them; and the clock, from a chain of dependent `imul`s (three
 //! cycles each). Pairs with `membw` (the bandwidth roof): a kernel's roof is the larger of its
 //! bytes over bandwidth and its instructions over these rates.
 //!
@@ -12,17 +12,18 @@ fn main() {
     let threads: usize = std::env::args().nth(1).map_or(1, |a| a.parse().expect("THREADS: a number"));
     #[cfg(target_arch = "x86_64")]
     {
-        let rates: Vec<[f64; 4]> = std::thread::scope(|s| {
+        let rates: Vec<[f64; 5]> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(x86::rates)).collect();
             handles.into_iter().map(|h| h.join().expect("measuring thread")).collect()
         });
-        for (t, [ghz, dp, fz, fy]) in rates.iter().enumerate() {
+        for (t, [ghz, dp, fz, fy, bf]) in rates.iter().enumerate() {
             println!(
-                "thread {t}: clock {ghz:.2} GHz; G/s: vpdpwssd zmm {dp:.2}, fma zmm {fz:.2}, fma ymm {fy:.2} \
-                 ({:.2}, {:.2}, {:.2} a cycle)",
+                "thread {t}: clock {ghz:.2} GHz; G/s: vpdpwssd zmm {dp:.2}, fma zmm {fz:.2}, fma ymm {fy:.2}, \
+                 vdpbf16ps zmm {bf:.2} ({:.2}, {:.2}, {:.2}, {:.2} a cycle)",
                 dp / ghz,
                 fz / ghz,
-                fy / ghz
+                fy / ghz,
+                bf / ghz
             );
         }
     }
@@ -65,9 +66,10 @@ mod x86 {
         };
     }
 
-    /// `[GHz, vpdpwssd zmm, fma zmm, fma ymm]` on this thread; the vector rates are zeros where
-    /// the CPU lacks AVX-512 VNNI (the loops use registers 16–31 and EVEX encodings).
-    pub fn rates() -> [f64; 4] {
+    /// `[GHz, vpdpwssd zmm, fma zmm, fma ymm, vdpbf16ps zmm]` on this thread; the vector rates
+    /// are zeros where the CPU lacks AVX-512 VNNI (the loops use registers 16–31 and EVEX
+    /// encodings), `vdpbf16ps`'s where it lacks AVX512-BF16 (32 bf16 multiply-adds each).
+    pub fn rates() -> [f64; 5] {
         // One chain through the whole loop (its counter runs alongside): three cycles an imul.
         let t0 = Instant::now();
         // SAFETY (all asm here): register-only arithmetic on the registers it names, which are
@@ -93,6 +95,13 @@ mod x86 {
                 }
             };
         }
-        [ghz, run!(avx512, "vpdpwssd", "zmm"), run!(avx512, "vfmadd231ps", "zmm"), run!(avx512, "vfmadd231ps", "ymm")]
+        let bf16 = avx512 && std::arch::is_x86_feature_detected!("avx512bf16");
+        [
+            ghz,
+            run!(avx512, "vpdpwssd", "zmm"),
+            run!(avx512, "vfmadd231ps", "zmm"),
+            run!(avx512, "vfmadd231ps", "ymm"),
+            run!(bf16, "vdpbf16ps", "zmm"),
+        ]
     }
 }

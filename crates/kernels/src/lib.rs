@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod backend;
+pub mod bf16_matmul;
 pub mod encoder_attention;
 pub mod ggml;
 pub mod isa;
@@ -16,6 +17,7 @@ pub mod ops;
 pub mod packed;
 #[cfg(target_arch = "x86_64")]
 pub mod packed_avx512;
+pub mod packed_bf16;
 pub mod pool;
 pub mod qgemv;
 pub mod qmatmul;

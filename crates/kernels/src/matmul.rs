@@ -83,7 +83,8 @@ thread_local! {
 }
 
 /// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
-/// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product.
+/// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product, or in the bf16 mode
+/// a bf16 one ([`crate::bf16_matmul`]).
 pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     matmul_many_on(isa::tier(), x, m, &[w], &mut [out])
 }
@@ -98,9 +99,12 @@ pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]])
 pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
     assert_eq!(ws.len(), outs.len());
     let cols = ws[0].cols;
+    if let Some(ps) = ws.iter().map(|w| w.bf16.as_deref().filter(|p| p.cols == cols)).collect::<Option<Vec<_>>>() {
+        return crate::bf16_matmul::matmul_many_on(crate::bf16_matmul::Kernel::for_tier(tier), &ps, x, m, outs);
+    }
     if !ws.iter().all(|w| w.ty.is_quantized() && w.cols == cols) {
         for (w, o) in ws.iter().zip(outs.iter_mut()) {
-            if w.ty.is_quantized() {
+            if w.ty.is_quantized() || w.bf16.is_some() {
                 matmul_many_on(tier, x, m, &[w], &mut [o]);
             } else {
                 matmul_dense(tier, x, m, w, o);

@@ -3,6 +3,7 @@
 
 use crate::ggml::{self, GgmlType};
 use crate::packed::Packed;
+use crate::packed_bf16::PackedBf16;
 use memmap2::Mmap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -59,6 +60,8 @@ pub struct Weight {
     pub storage: Storage,
     /// The same values repacked for the AVX-512 tier's matmul ([`Weight::for_matmul`]).
     pub packed: Option<Arc<Packed>>,
+    /// A dense weight rounded to bf16 for the bf16 compute mode ([`Weight::for_matmul`]).
+    pub bf16: Option<Arc<PackedBf16>>,
 }
 
 impl Weight {
@@ -72,19 +75,29 @@ impl Weight {
         if have != want {
             return Err(format!("{} [{rows} x {cols}] needs {want} bytes, found {have}", ty.name()));
         }
-        Ok(Weight { ty, rows, cols, storage, packed: None })
+        Ok(Weight { ty, rows, cols, storage, packed: None, bf16: None })
     }
 
     pub fn from_f32(rows: usize, cols: usize, values: &[f32]) -> Self {
         assert_eq!(values.len(), rows * cols);
-        Weight { ty: GgmlType::F32, rows, cols, storage: Storage::from_f32(values), packed: None }
+        Weight { ty: GgmlType::F32, rows, cols, storage: Storage::from_f32(values), packed: None, bf16: None }
     }
 
     /// This weight made ready for [`crate::matmul::matmul`] on the tier in use: quantized
     /// weights are repacked for the AVX-512 tier ([`crate::packed`]; the same bytes per weight
     /// but for Q2_K's byte-wide integer scales). The original bytes stay for row lookups (a tied
-    /// embedding); mapped pages read while packing are handed back to the page cache.
+    /// embedding); mapped pages read while packing are handed back to the page cache. In the
+    /// bf16 compute mode ([`crate::bf16_matmul::set_dense_compute`]) dense weights are rounded
+    /// to bf16 and repacked ([`PackedBf16`]) on every tier.
     pub fn for_matmul(mut self) -> Self {
+        use crate::bf16_matmul::{DenseCompute, dense_compute};
+        if !self.ty.is_quantized() && dense_compute() == DenseCompute::Bf16 {
+            if self.bf16.is_none() {
+                self.bf16 = Some(Arc::new(PackedBf16::pack(&self)));
+                self.storage.release_pages();
+            }
+            return self;
+        }
         if crate::isa::tier() != crate::isa::Tier::Avx512 || self.packed.is_some() {
             return self;
         }
