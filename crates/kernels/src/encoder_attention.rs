@@ -33,7 +33,9 @@ impl RelativeBias<'_> {
 /// `out[t] = softmax(q[t] · K_s * scale + bias) V_s` per head, where `s` is the sequence of row
 /// `t`. `q`, `k`, `v` and `out` are `tokens × (num_heads · head_dim)`, sequences laid out one
 /// after another with lengths `seq_lens`.
+#[allow(clippy::too_many_arguments)]
 pub fn encoder_attention(
+    tier: crate::isa::Tier,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -71,7 +73,7 @@ pub fn encoder_attention(
                     let b = bias.as_ref().map_or(0.0, |b| b.get(h, i, j));
                     dot(qh, &k[(start + j) * width..][cols.clone()]) * p.scale + b
                 }));
-                ops::softmax(&mut scores);
+                ops::softmax_on(tier, &mut scores);
                 let oh = &mut o[cols.clone()];
                 oh.fill(0.0);
                 for (j, &w) in scores.iter().enumerate() {
@@ -148,7 +150,7 @@ mod tests {
         let values = rand_vec(3 * (2 * span - 1), 4);
         for bias in [None, Some(RelativeBias { values: &values, span })] {
             let mut out = vec![f32::NAN; n];
-            encoder_attention(&q, &k, &v, &lens, &p, bias, &mut out);
+            encoder_attention(crate::isa::tier(), &q, &k, &v, &lens, &p, bias, &mut out);
             let want = reference(&q, &k, &v, &lens, &p, bias);
             let err = out.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
             assert!(err < 1e-5, "max error {err}");
@@ -163,10 +165,10 @@ mod tests {
         let n = 40 * width;
         let (q, k, v) = (rand_vec(n, 5), rand_vec(n, 6), rand_vec(n, 7));
         let mut all = vec![0f32; n];
-        encoder_attention(&q, &k, &v, &lens, &p, None, &mut all);
+        encoder_attention(crate::isa::tier(), &q, &k, &v, &lens, &p, None, &mut all);
         let r = 7 * width..37 * width;
         let mut alone = vec![0f32; 30 * width];
-        encoder_attention(&q[r.clone()], &k[r.clone()], &v[r.clone()], &[30], &p, None, &mut alone);
+        encoder_attention(crate::isa::tier(), &q[r.clone()], &k[r.clone()], &v[r.clone()], &[30], &p, None, &mut alone);
         assert_eq!(alone, all[r]);
     }
 }
