@@ -104,7 +104,8 @@ fn beams_match_a_reference_search_best_first() {
                 assert_eq!(c["stop_reason"], eos, "{c}");
             }
             // The returned logprobs are the tokens' own (the EOS step, when it ended the beam, has none).
-            let returned: f64 = c["logprobs"]["token_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).sum();
+            let returned: f64 =
+                c["logprobs"]["token_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).sum();
             let independent = sequence_logprob(&s, &prompt, &got);
             assert!((returned - independent).abs() < 1e-3, "{returned} vs {independent}: {c}");
             let text = s.ok("/detokenize", &json!({"tokens": got}));
@@ -123,14 +124,24 @@ fn width_one_is_greedy_and_chat_streams_the_finished_beams() {
     assert_eq!(beam["choices"][0]["text"], greedy["choices"][0]["text"], "{beam}");
 
     // Several prompts: `n` beams each, choices numbered prompt by prompt.
-    let two = s.ok("/v1/completions", &json!({"prompt": ["The sky is", "Paris is"], "n": 2, "max_tokens": 3,
-                                              "use_beam_search": true, "temperature": 0}));
+    let two = s.ok(
+        "/v1/completions",
+        &json!({"prompt": ["The sky is", "Paris is"], "n": 2, "max_tokens": 3,
+                                              "use_beam_search": true, "temperature": 0}),
+    );
     let idx: Vec<u64> = two["choices"].as_array().unwrap().iter().map(|c| c["index"].as_u64().unwrap()).collect();
     assert_eq!(idx, [0, 1, 2, 3], "{two}");
-    assert_eq!(two["choices"][2]["text"], s.ok("/v1/completions", &json!({"prompt": "Paris is", "max_tokens": 3,
-        "use_beam_search": true}))["choices"][0]["text"]);
+    assert_eq!(
+        two["choices"][2]["text"],
+        s.ok(
+            "/v1/completions",
+            &json!({"prompt": "Paris is", "max_tokens": 3,
+        "use_beam_search": true})
+        )["choices"][0]["text"]
+    );
 
-    let chat = json!({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 8, "n": 2, "use_beam_search": true});
+    let chat =
+        json!({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 8, "n": 2, "use_beam_search": true});
     let full = s.ok("/v1/chat/completions", &chat);
     assert_eq!(full["choices"].as_array().unwrap().len(), 2, "{full}");
     let mut streamed = vec![String::new(); 2];
