@@ -123,10 +123,10 @@ fn errors_have_vllm_shape_and_leave_the_server_healthy() {
         Some("guided_json"),
     );
     assert_error(
-        "beam search",
-        post("/v1/completions", json!({"prompt": "x", "use_beam_search": true})),
+        "watermarking",
+        post("/v1/completions", json!({"prompt": "x", "watermarking": true})),
         400,
-        Some("use_beam_search"),
+        Some("watermarking"),
     );
     // ...but their "off" values, which clients send by default, are fine.
     let neutral = post(

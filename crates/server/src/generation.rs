@@ -87,6 +87,49 @@ impl Generation {
         specs: Vec<SequenceSpec>,
         arrival: Instant,
     ) -> ApiResult<Self> {
+        let mut g = Self::new(model, base_id, specs, arrival)?;
+        for (i, s) in g.seqs.iter().enumerate() {
+            let req = EngineRequest {
+                request_id: s.request_id.clone(),
+                prompt_token_ids: s.spec.prompt.ids.clone(),
+                params: s.spec.params.clone(),
+                priority: s.spec.priority,
+                cache_salt: s.spec.cache_salt.clone(),
+            };
+            // On failure the streams already made drop with `g`, aborting their requests.
+            let rs = g.model.engine()?.add_request(req)?;
+            let st = stream::unfold(Some(rs), move |state| async move {
+                let mut rs = state?;
+                match rs.next().await {
+                    Some(item) => Some(((i, Some(item)), Some(rs))),
+                    None => Some(((i, None), None)),
+                }
+            });
+            g.streams.push(st.boxed());
+        }
+        Ok(g)
+    }
+
+    /// Sequences whose whole output is already known (beam search ran them step by step, each
+    /// step recorded in the metrics then): each yields `outputs[i]` and ends, so the endpoints
+    /// shape it as they shape engine output.
+    pub fn finished(
+        model: Arc<ModelContext>,
+        base_id: &str,
+        specs: Vec<SequenceSpec>,
+        outputs: Vec<RequestOutput>,
+        arrival: Instant,
+    ) -> ApiResult<Self> {
+        let mut g = Self::new(model, base_id, specs, arrival)?;
+        for (i, out) in outputs.into_iter().enumerate() {
+            g.seqs[i].recorded = true;
+            g.streams.push(stream::iter([(i, Some(Ok(out))), (i, None)]).boxed());
+        }
+        Ok(g)
+    }
+
+    /// The sequences checked and set up, nothing submitted yet.
+    fn new(model: Arc<ModelContext>, base_id: &str, specs: Vec<SequenceSpec>, arrival: Instant) -> ApiResult<Self> {
         let vocab = model.vocab_size();
         for s in &specs {
             s.params.validate(vocab)?;
@@ -108,27 +151,7 @@ impl Generation {
                 recorded: false,
             });
         }
-        let mut streams = SelectAll::new();
-        for (i, s) in seqs.iter().enumerate() {
-            let req = EngineRequest {
-                request_id: s.request_id.clone(),
-                prompt_token_ids: s.spec.prompt.ids.clone(),
-                params: s.spec.params.clone(),
-                priority: s.spec.priority,
-                cache_salt: s.spec.cache_salt.clone(),
-            };
-            // On failure the streams already made drop with `streams`, aborting their requests.
-            let rs = model.engine()?.add_request(req)?;
-            let st = stream::unfold(Some(rs), move |state| async move {
-                let mut rs = state?;
-                match rs.next().await {
-                    Some(item) => Some(((i, Some(item)), Some(rs))),
-                    None => Some(((i, None), None)),
-                }
-            });
-            streams.push(st.boxed());
-        }
-        Ok(Generation { model, arrival, seqs, streams })
+        Ok(Generation { model, arrival, seqs, streams: SelectAll::new() })
     }
 
     pub fn sequences(&self) -> &[Sequence] {

@@ -11,6 +11,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod beam_search;
 pub mod chat_output;
 pub mod config;
 pub mod connections;

@@ -2,6 +2,7 @@
 //! (request value, else the model's generation config, else OpenAI's default), vLLM's checks
 //! and messages, `n` fan-out with child seeds `seed + i`, and `max_tokens` resolved per prompt.
 
+use crate::beam_search::BeamParams;
 use crate::config::Limits;
 use crate::errors::{ApiError, ApiResult};
 use crate::protocol::sampling_fields::SamplingFields;
@@ -36,6 +37,8 @@ pub struct RequestPlan {
     pub echo_only: bool,
     pub priority: i32,
     pub cache_salt: Option<String>,
+    /// `use_beam_search`: the `n` sequences of a prompt are one beam search's width.
+    pub beam: Option<BeamParams>,
 }
 
 /// The endpoint-specific inputs to [`RequestPlan::new`].
@@ -65,6 +68,20 @@ fn token_ids(param: &'static str, ids: &[i64]) -> ApiResult<Vec<u32>> {
                 .map_err(|_| ApiError::invalid(param, format!("{param} must contain token ids >= 0, got {t}.")))
         })
         .collect()
+}
+
+/// vLLM's `to_beam_search_params`, when `use_beam_search` is set. Each step asks for `2n`
+/// logprobs, so `n` is bounded by half of `--max-logprobs` (vLLM's step fails on more).
+fn beam_params(f: &SamplingFields, n: i64, model: &ModelContext) -> ApiResult<Option<BeamParams>> {
+    if !f.use_beam_search.unwrap_or(false) {
+        return Ok(None);
+    }
+    logprob_count("n", Some(2 * n), model, "sample")?;
+    Ok(Some(BeamParams {
+        length_penalty: f.length_penalty.unwrap_or(1.0),
+        include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
+        ignore_eos: f.ignore_eos.unwrap_or(false),
+    }))
 }
 
 /// A count of logprobs: `None`, `-1` (all: the vocabulary), or a non-negative number, at most
@@ -201,7 +218,8 @@ impl RequestPlan {
         let mut probe = base.clone();
         probe.max_tokens = usize::MAX;
         probe.validate(model.vocab_size())?;
-        if base.is_greedy() && n > 1 {
+        let beam = beam_params(f, n, model)?;
+        if base.is_greedy() && n > 1 && beam.is_none() {
             return Err(ApiError::invalid("n", format!("n must be 1 when using greedy sampling, got {n}.")));
         }
         let seed = f.seed.map(|s| s as u64);
@@ -220,6 +238,7 @@ impl RequestPlan {
             echo_only: inp.echo_only,
             priority,
             cache_salt: f.cache_salt.clone(),
+            beam,
         })
     }
 

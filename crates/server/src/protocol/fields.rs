@@ -4,10 +4,10 @@
 //! that would change the output:
 //! - fields we implement, and harmless OpenAI fields that never change the output (`user`,
 //!   `store`, `metadata`, `service_tier`...), are accepted;
-//! - fields vLLM implements and we do not yet (beam search, `logits_processors`...), and the
-//!   `guided_*` fields older vLLM took (now `structured_outputs`), are rejected with 400 naming
-//!   the field — unless they carry the value that means "off" (`null`, `"use_beam_search":
-//!   false`...), which clients often send by default;
+//! - fields vLLM implements and we do not yet (`logits_processors`...), and the `guided_*`
+//!   fields older vLLM took (now `structured_outputs`), are rejected with 400 naming the field —
+//!   unless they carry the value that means "off" (`null`, `"watermarking": false`...), which
+//!   clients often send by default;
 //! - any other field is accepted, as vLLM accepts it, with a warning in the log naming it
 //!   (clients send the extra fields of other servers' APIs; a typo shows in the log).
 
@@ -66,7 +66,6 @@ const UNSUPPORTED_COMMON: &[Unsupported] = &[
     unsupported("guided_decoding_backend", null),
     unsupported("guided_whitespace_pattern", null),
     unsupported("logits_processors", null_or_empty),
-    unsupported("use_beam_search", null_or_false),
     unsupported("watermarking", null_or_false),
     unsupported("spaces_between_special_tokens", null_or_true),
     unsupported("logprob_token_ids", null_or_empty),
@@ -135,10 +134,11 @@ const COMMON: &[&str] = &[
     "max_tokens",
     "response_format",
     "structured_outputs",
-    // Harmless: identification, routing hints, beam-search-only or render-only options.
+    "use_beam_search",
+    "length_penalty",
+    // Harmless: identification, routing hints or render-only options.
     "user",
     "session_id",
-    "length_penalty",
     "return_token_offsets",
     "mm_payload",
     "return_mm_kwargs",

@@ -40,8 +40,9 @@ pub struct SamplingFields {
     pub truncation_side: Option<String>,
     pub return_token_ids: Option<bool>,
     pub return_tokens_as_token_ids: Option<bool>,
+    pub use_beam_search: Option<bool>,
+    pub length_penalty: Option<f64>,
     // Accepted and type-checked, without effect on the output.
     pub user: Option<String>,
     pub session_id: Option<String>,
-    pub length_penalty: Option<f64>,
 }

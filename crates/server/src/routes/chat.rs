@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`, streaming and not, as vLLM's `OpenAIServingChat`: structured
 //! outputs, tools and reasoning as [`crate::chat_output`] shapes them.
 
+use crate::beam_search::{self, BeamParams};
 use crate::chat_output::{ChoiceStream, OutputPlan};
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
@@ -57,6 +58,8 @@ pub(crate) struct Ctx {
     pub(crate) prompt_ids: Vec<u32>,
     prompt_text: Option<String>,
     pub(crate) output: OutputPlan,
+    /// `use_beam_search` (streamed, as vLLM, once the beams are done).
+    beam: Option<BeamParams>,
 }
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
@@ -67,7 +70,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
         let (state, model) = (state.clone(), model.clone());
         prepare_off_thread(body, Endpoint::Chat, move |obj| prepare(&state, model, obj)).await?
     };
-    let generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
+    let generation = beam_search::start(model.clone(), &ctx.id, specs, arrival, ctx.beam.as_ref()).await?;
     if stream {
         return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
     }
@@ -158,6 +161,7 @@ pub(crate) fn prepare(
         prompt_ids: prompt.ids.clone(),
         prompt_text: req.return_prompt_text.unwrap_or(false).then(|| prompt.text.clone().unwrap_or_default()),
         output,
+        beam: plan.beam.clone(),
     };
     model.metrics.record_request(plan.n);
     Ok((ctx, specs, f.stream.unwrap_or(false), plan.n))

@@ -1,5 +1,6 @@
 //! `POST /v1/completions`, streaming and not, as vLLM's `OpenAIServingCompletion`.
 
+use crate::beam_search::{self, BeamParams};
 use crate::errors::{ApiError, ApiResult};
 use crate::generation::{Event, Generation, SequenceSpec};
 use crate::json_body::{RawObject, typed};
@@ -56,6 +57,7 @@ struct Ctx {
     include_usage: bool,
     continuous_usage: bool,
     prompt_details: bool,
+    beam: Option<BeamParams>,
 }
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
@@ -66,7 +68,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> ApiResu
         let (state, model) = (state.clone(), model.clone());
         prepare_off_thread(body, Endpoint::Completion, move |obj| prepare(&state, model, obj)).await?
     };
-    let mut generation = Generation::start(model.clone(), &ctx.id, specs, arrival)?;
+    let mut generation = beam_search::start(model.clone(), &ctx.id, specs, arrival, ctx.beam.as_ref()).await?;
     if stream {
         return Ok(sse::response(stream_events(ctx, generation), state.config.sse_keepalive));
     }
@@ -89,6 +91,11 @@ fn prepare(state: &AppState, model: Arc<ModelContext>, obj: &RawObject) -> ApiRe
         echo_only: echo && f.max_tokens == Some(0),
         echo_prompt_logprobs: if echo { req.logprobs } else { None },
     };
+    let stream = f.stream.unwrap_or(false);
+    if stream && f.use_beam_search == Some(true) {
+        // vLLM's check (its chat endpoint streams the finished beams; completions refuse).
+        return Err(ApiError::bad_request("Streaming is not currently supported with beam search"));
+    }
     let mut plan = RequestPlan::new(&f, inputs, &model)?;
     let structured: StructuredFields = typed(obj)?;
     if let Some((spec, param)) = structured.spec()? {
@@ -129,7 +136,6 @@ fn prepare(state: &AppState, model: Arc<ModelContext>, obj: &RawObject) -> ApiRe
             });
         }
     }
-    let stream = f.stream.unwrap_or(false);
     let (usage, continuous) = include_usage(f.stream_options.as_ref(), state.config.enable_force_include_usage);
     let ctx = Ctx {
         id: request_id("cmpl", f.request_id.as_deref()),
@@ -146,6 +152,7 @@ fn prepare(state: &AppState, model: Arc<ModelContext>, obj: &RawObject) -> ApiRe
         include_usage: usage,
         continuous_usage: continuous,
         prompt_details: state.config.enable_prompt_tokens_details,
+        beam: plan.beam.clone(),
     };
     model.metrics.record_request(plan.n);
     Ok((ctx, specs, stream))
