@@ -155,6 +155,7 @@ fn completions_and_chat() {
 
     stop_strings(&s, &full);
     logprobs(&s);
+    logprob_token_ids(&s);
     echo_and_token_prompts(&s, &full);
     n_and_seeds(&s);
     chat(&s);
@@ -295,6 +296,76 @@ fn logprobs(s: &Server) {
         let e = &entry[&id];
         assert!(e["logprob"].as_f64().unwrap() <= 0.0 && e["rank"].as_u64().unwrap() >= 1, "{entry}");
         assert!(entry.as_object().unwrap().len() <= 3);
+    }
+}
+
+/// `logprob_token_ids` (vLLM): each generated position reports the chosen token and exactly the
+/// listed ids, whose logprobs equal the prompt logprobs of the same tokens appended to the text.
+fn logprob_token_ids(s: &Server) {
+    let prompt: Vec<u64> = s.ok("/tokenize", &json!({"prompt": PROMPT}))["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    let listed = [100u64, 2000, 5000];
+    let r = s.ok(
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 3, "temperature": 0, "logprobs": 1, "logprob_token_ids": listed,
+                "return_tokens_as_token_ids": true, "return_token_ids": true}),
+    );
+    let c = &r["choices"][0];
+    let generated: Vec<u64> = c["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+    for (i, top) in c["logprobs"]["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        let mut want: Vec<String> = listed.iter().chain([&generated[i]]).map(|t| format!("token_id:{t}")).collect();
+        want.sort();
+        want.dedup();
+        let mut keys: Vec<String> = top.keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, want, "position {i}: {top:?}");
+        let context = [&prompt[..], &generated[..i]].concat();
+        for id in listed {
+            let with_id = [&context[..], &[id]].concat();
+            let probe = s.ok("/v1/completions", &json!({"prompt": with_id, "max_tokens": 1, "prompt_logprobs": 0}));
+            let plp = probe["choices"][0]["prompt_logprobs"].as_array().unwrap();
+            let independent = plp[context.len()][id.to_string()]["logprob"].as_f64().unwrap();
+            let got = top[&format!("token_id:{id}")].as_f64().unwrap();
+            assert!((got - independent).abs() < 1e-4, "position {i}, token {id}: {got} vs {independent}");
+        }
+    }
+    // Chat: the chosen token and the listed one, whatever top_logprobs says.
+    let chat = s.ok(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 3, "temperature": 0,
+                "logprobs": true, "top_logprobs": 5, "logprob_token_ids": [100], "return_tokens_as_token_ids": true}),
+    );
+    for c in chat["choices"][0]["logprobs"]["content"].as_array().unwrap() {
+        let names: Vec<&str> =
+            c["top_logprobs"].as_array().unwrap().iter().map(|t| t["token"].as_str().unwrap()).collect();
+        assert_eq!(names[0], c["token"].as_str().unwrap(), "{c}");
+        assert!(names.contains(&"token_id:100") && names.len() <= 2, "{c}");
+    }
+    // An empty list changes nothing; misuse is a 400 naming the field.
+    let plain = s.ok(
+        "/v1/completions",
+        &json!({"prompt": PROMPT, "max_tokens": 2, "temperature": 0, "logprobs": 2,
+                                                "logprob_token_ids": []}),
+    );
+    assert!(plain["choices"][0]["logprobs"]["top_logprobs"][0].as_object().unwrap().len() >= 2, "{plain}");
+    for (body, says) in [
+        (json!({"prompt": PROMPT, "logprob_token_ids": [5]}), "needs `logprobs`"),
+        (json!({"prompt": PROMPT, "logprobs": 1, "logprob_token_ids": [10_000_000]}), "out of vocabulary"),
+        (json!({"prompt": PROMPT, "logprobs": 1, "logprob_token_ids": [5], "use_beam_search": true}), "beam search"),
+        (
+            json!({"prompt": PROMPT, "logprobs": 1, "logprob_token_ids": [5], "echo": true, "max_tokens": 0}),
+            "only echoes",
+        ),
+    ] {
+        let (status, r) = s.post("/v1/completions", &body);
+        assert_eq!(status, 400, "{body}: {r}");
+        assert_eq!(r["error"]["param"], "logprob_token_ids", "{r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains(says), "{r}");
     }
 }
 

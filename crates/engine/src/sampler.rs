@@ -74,8 +74,17 @@ pub fn sample_checking_draft(
             None => sample_from_logits(logits, ctx.rng),
         }
     };
-    let lp = report.map(|r| gather_logprobs(&r, token, p.logprobs.unwrap_or(0)));
+    let lp = report.map(|r| output_logprobs(&r, token, p));
     (token, lp)
+}
+
+/// What an output position reports: the chosen token's logprob with the `logprobs` best, or
+/// with the tokens of `logprob_token_ids` in their order (vLLM: explicit ids replace the top).
+fn output_logprobs(lp: &[f32], token: u32, p: &SamplingParams) -> TokenLogprobs {
+    let Some(ids) = &p.logprob_token_ids else { return gather_logprobs(lp, token, p.logprobs.unwrap_or(0)) };
+    let mut out = gather_logprobs(lp, token, 0);
+    out.top = ids.iter().map(|&i| (i, lp[i as usize])).collect();
+    out
 }
 
 /// `softmax(logits)[token]`.

@@ -22,6 +22,9 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Number of top logprobs to return per output token (plus the sampled one); `None` = none.
     pub logprobs: Option<usize>,
+    /// vLLM's `logprob_token_ids`: with `logprobs` set, each output position reports these
+    /// tokens' logprobs (in this order) in place of the top `logprobs`.
+    pub logprob_token_ids: Option<Vec<u32>>,
     /// Number of top logprobs per prompt token; `None` = none.
     pub prompt_logprobs: Option<usize>,
     pub logit_bias: Vec<(u32, f32)>,
@@ -52,6 +55,7 @@ impl Default for SamplingParams {
             ignore_eos: false,
             stop_token_ids: Vec::new(),
             logprobs: None,
+            logprob_token_ids: None,
             prompt_logprobs: None,
             logit_bias: Vec::new(),
             allowed_token_ids: None,
@@ -138,6 +142,9 @@ impl SamplingParams {
         check_vocab("stop_token_ids", self.stop_token_ids.iter().copied(), vocab_size)?;
         check_vocab("logit_bias", self.logit_bias.iter().map(|b| b.0), vocab_size)?;
         check_vocab("bad_words", self.bad_words_token_ids.iter().flatten().copied(), vocab_size)?;
+        if let Some(ids) = &self.logprob_token_ids {
+            check_vocab("logprob_token_ids", ids.iter().copied(), vocab_size)?;
+        }
         if let Some(a) = &self.allowed_token_ids {
             if a.is_empty() {
                 return bad("allowed_token_ids", "allowed_token_ids is not allowed to be empty.".into());

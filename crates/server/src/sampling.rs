@@ -84,6 +84,42 @@ fn beam_params(f: &SamplingFields, n: i64, model: &ModelContext) -> ApiResult<Op
     }))
 }
 
+/// `logprob_token_ids` as vLLM takes it: a non-empty list replaces the top `logprobs` of each
+/// generated position (the switch, `logprobs`, must still be on); an empty one changes nothing.
+/// Echo-only requests (no generated position) and beam search refuse it, as vLLM does.
+fn explicit_logprob_ids(
+    f: &SamplingFields,
+    inp: &PlanInputs,
+    logprobs: Option<usize>,
+    model: &ModelContext,
+) -> ApiResult<Option<Vec<u32>>> {
+    let ids = match f.logprob_token_ids.as_deref() {
+        Some(ids) if !ids.is_empty() => token_ids("logprob_token_ids", ids)?,
+        _ => return Ok(None),
+    };
+    let refuse = |why: &str| Err(ApiError::invalid("logprob_token_ids", why.to_string()));
+    if logprobs.is_none() {
+        return refuse(&format!(
+            "logprob_token_ids needs `{}` set: it names the tokens logprobs report.",
+            inp.logprobs_param
+        ));
+    }
+    if inp.echo_only {
+        return refuse("logprob_token_ids needs generated tokens; this request only echoes its prompt (max_tokens 0).");
+    }
+    if f.use_beam_search == Some(true) {
+        return refuse("logprob_token_ids is not supported with beam search.");
+    }
+    if ids.len() > model.max_logprobs {
+        return refuse(&format!(
+            "logprob_token_ids has {} ids, more than max allowed: {} (--max-logprobs).",
+            ids.len(),
+            model.max_logprobs
+        ));
+    }
+    Ok(Some(ids))
+}
+
 /// A count of logprobs: `None`, `-1` (all: the vocabulary), or a non-negative number, at most
 /// `--max-logprobs`.
 fn logprob_count(param: &'static str, v: Option<i64>, model: &ModelContext, what: &str) -> ApiResult<Option<usize>> {
@@ -118,7 +154,11 @@ impl RequestPlan {
         if !stream && has_options {
             return Err(ApiError::invalid("stream_options", "Stream options can only be defined when `stream=True`."));
         }
-        let logprobs = logprob_count(inp.logprobs_param, inp.logprobs, model, "sample")?;
+        let mut logprobs = logprob_count(inp.logprobs_param, inp.logprobs, model, "sample")?;
+        let logprob_token_ids = explicit_logprob_ids(f, &inp, logprobs, model)?;
+        if let Some(ids) = &logprob_token_ids {
+            logprobs = Some(ids.len());
+        }
         let prompt_logprobs_req = f.prompt_logprobs.or(inp.echo_prompt_logprobs);
         if let Some(p) = f.prompt_logprobs
             && stream
@@ -206,6 +246,7 @@ impl RequestPlan {
             ignore_eos: f.ignore_eos.unwrap_or(false),
             stop_token_ids: token_ids("stop_token_ids", f.stop_token_ids.as_deref().unwrap_or(&[]))?,
             logprobs,
+            logprob_token_ids,
             prompt_logprobs,
             logit_bias,
             allowed_token_ids: f.allowed_token_ids.as_deref().map(|a| token_ids("allowed_token_ids", a)).transpose()?,
@@ -240,6 +281,16 @@ impl RequestPlan {
             cache_salt: f.cache_salt.clone(),
             beam,
         })
+    }
+
+    /// Logprobs a generated position reports besides the chosen token's: the request's count,
+    /// or one per id of `logprob_token_ids`.
+    pub fn logprobs(&self) -> Option<usize> {
+        self.base.logprobs
+    }
+
+    pub fn logprob_token_ids(&self) -> Option<&[u32]> {
+        self.base.logprob_token_ids.as_deref()
     }
 
     /// The `max_tokens` a sequence of a `prompt_len`-token prompt runs with (vLLM's

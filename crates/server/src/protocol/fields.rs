@@ -68,7 +68,6 @@ const UNSUPPORTED_COMMON: &[Unsupported] = &[
     unsupported("logits_processors", null_or_empty),
     unsupported("watermarking", null_or_false),
     unsupported("spaces_between_special_tokens", null_or_true),
-    unsupported("logprob_token_ids", null_or_empty),
     unsupported("kv_transfer_params", null),
     unsupported("ec_transfer_params", null),
     unsupported("vllm_xargs", null_or_empty),
@@ -135,6 +134,7 @@ const COMMON: &[&str] = &[
     "response_format",
     "structured_outputs",
     "use_beam_search",
+    "logprob_token_ids",
     "length_penalty",
     // Harmless: identification, routing hints or render-only options.
     "user",

@@ -41,6 +41,7 @@ pub struct SamplingFields {
     pub return_token_ids: Option<bool>,
     pub return_tokens_as_token_ids: Option<bool>,
     pub use_beam_search: Option<bool>,
+    pub logprob_token_ids: Option<Vec<i64>>,
     pub length_penalty: Option<f64>,
     // Accepted and type-checked, without effect on the output.
     pub user: Option<String>,

@@ -146,7 +146,8 @@ fn prepare(state: &AppState, model: Arc<ModelContext>, obj: &RawObject) -> ApiRe
         num_prompts: prompts.len(),
         echo,
         echo_only: plan.echo_only,
-        logprobs: req.logprobs.map(|l| if l < 0 { model.vocab_size() } else { l as usize }),
+        // The request's count, or every id of `logprob_token_ids`.
+        logprobs: plan.logprobs(),
         return_token_ids: f.return_token_ids.unwrap_or(false),
         tokens_as_ids: f.return_tokens_as_token_ids.unwrap_or(state.config.return_tokens_as_token_ids),
         include_usage: usage,
