@@ -3,7 +3,7 @@
 use crate::args::{EngineArgs, ToolArgs, parse_bytes};
 use crate::setup::{self, LoadedPooling, LoadedRunner};
 use anyhow::{Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::info;
@@ -11,7 +11,7 @@ use vllm_rs_engine::{EngineHandle, PoolingHandle};
 use vllm_rs_server::metrics::Metrics;
 use vllm_rs_server::reasoning::ReasoningParser;
 use vllm_rs_server::{
-    AppState, ConnectionLimits, CorsConfig, Limits, ModelContext, Runner, SamplingDefaults, ServerConfig,
+    ApiKeyScope, AppState, ConnectionLimits, CorsConfig, Limits, ModelContext, Runner, SamplingDefaults, ServerConfig,
 };
 
 #[derive(Args)]
@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// authentication.
     #[arg(long, num_args = 1..)]
     pub api_key: Vec<String>,
+
+    /// Routes the --api-key guards: `all` (every route but /health and the static pages) or
+    /// `v1` (only paths under /v1, as vLLM: /metrics, /tokenize, /pooling… need no key, e.g.
+    /// for Prometheus scrapes).
+    #[arg(long, value_enum, default_value = "all")]
+    pub api_key_scope: KeyScope,
 
     /// CORS: allowed origins, as a JSON list (vLLM's form, e.g. '["*"]') or plain values.
     /// Default: none (no cross-origin browser access).
@@ -180,6 +186,10 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         served_model_names: served_model_names.clone(),
         model_root: shown,
         api_keys,
+        api_key_scope: match a.api_key_scope {
+            KeyScope::All => ApiKeyScope::All,
+            KeyScope::V1 => ApiKeyScope::V1,
+        },
         cors: CorsConfig {
             allowed_origins: list_arg(&a.allowed_origins).context("--allowed-origins")?,
             allowed_methods: list_arg(&a.allowed_methods).context("--allowed-methods")?,
@@ -282,4 +292,11 @@ fn pooling_context(p: LoadedPooling, served_name: &str) -> ModelContext {
         reasoning: None,
         grammar_compiler: Default::default(),
     }
+}
+
+/// `--api-key-scope`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KeyScope {
+    All,
+    V1,
 }

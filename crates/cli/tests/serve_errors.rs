@@ -95,7 +95,15 @@ fn errors_have_vllm_shape_and_leave_the_server_healthy() {
 
     // Unknown and unsupported fields are never silently ignored.
     // An unknown field is accepted (and logged), as vLLM does.
-    assert_eq!(post("/v1/completions", json!({"prompt": "x", "max_tokens": 1, "max_token": 5})).0, 200);
+    let ignored = |s: &Server| {
+        let (_, text) = s.get_with("/metrics", &[("Authorization", &auth)]);
+        let line = text.lines().find(|l| l.starts_with("vllm_rs:request_ignored_fields_total")).expect("the counter");
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    let before = ignored(&s);
+    assert_eq!(post("/v1/completions", json!({"prompt": "x", "max_tokens": 1, "max_token": 5, "mx": 1})).0, 200);
+    assert_eq!(ignored(&s), before + 2.0, "each ignored field counts in /metrics");
+    assert!(s.log().contains("ignored: [\"max_token\", \"mx\"]"), "{}", s.log());
     assert_error(
         "response_format",
         post(
@@ -272,4 +280,16 @@ fn errors_have_vllm_shape_and_leave_the_server_healthy() {
     assert_eq!(body["usage"]["completion_tokens"], 3);
     let (_, metrics) = s.get_with("/metrics", &[("Authorization", &auth)]);
     assert!(metrics.contains("vllm:num_requests_running{engine=\"0\",model_name=\"smol\"} 0.0"), "{metrics}");
+}
+
+/// `--api-key-scope v1`: vLLM's narrower scope, where only `/v1/...` needs the key.
+#[test]
+fn api_key_scope_v1_guards_only_the_v1_paths() {
+    let s = Server::start(&["--api-key", KEY, "--api-key-scope", "v1"]);
+    assert_eq!(s.get("/metrics").0, 200, "a Prometheus scrape needs no key");
+    assert_eq!(s.post("/tokenize", &json!({"prompt": "Hello"})).0, 200);
+    assert_eq!(s.get("/v1/models").0, 401);
+    assert_error("no key", s.post("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 1})), 401, None);
+    let auth = format!("Bearer {KEY}");
+    assert_eq!(s.get_with("/v1/models", &[("Authorization", &auth)]).0, 200);
 }

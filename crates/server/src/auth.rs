@@ -3,8 +3,10 @@
 //! they hold no data; the chat page's API calls carry the key) and CORS preflights, as `Authorization: Bearer <key>` or as `x-api-key:
 //! <key>` (how Anthropic's SDKs and Claude-compatible tools send it); a missing or wrong key is a
 //! 401 in the API's own error shape (Anthropic's on `/v1/messages`, OpenAI's elsewhere). An
-//! empty key is refused at start-up (it would turn authentication off).
+//! empty key is refused at start-up (it would turn authentication off). With
+//! `--api-key-scope v1` only paths under `/v1` need the key, as in vLLM.
 
+use crate::config::ApiKeyScope;
 use crate::errors::unauthorized;
 use crate::state::AppState;
 use axum::extract::{Request, State};
@@ -19,7 +21,13 @@ const OPEN_PATHS: &[&str] = &["/health"];
 pub async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let keys = &state.config.api_keys;
     let path = req.uri().path();
-    if keys.is_empty() || req.method() == Method::OPTIONS || OPEN_PATHS.contains(&path) || crate::ui::is_page(path) {
+    let outside_scope = state.config.api_key_scope == ApiKeyScope::V1 && !(path == "/v1" || path.starts_with("/v1/"));
+    if keys.is_empty()
+        || req.method() == Method::OPTIONS
+        || OPEN_PATHS.contains(&path)
+        || crate::ui::is_page(path)
+        || outside_scope
+    {
         return next.run(req).await;
     }
     let headers = req.headers();

@@ -2,6 +2,16 @@
 
 use std::time::Duration;
 
+/// The routes `--api-key` guards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiKeyScope {
+    /// Every route but `/health` and the static pages (our default).
+    All,
+    /// Only paths under `/v1`, as vLLM's middleware: `/metrics`, `/tokenize`, `/pooling`,
+    /// `/invocations`… are open (a Prometheus scrape needs no key).
+    V1,
+}
+
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Names clients may use in `model`; the first is the one responses report.
@@ -10,6 +20,8 @@ pub struct ServerConfig {
     pub model_root: String,
     /// Accepted bearer tokens; empty: no authentication.
     pub api_keys: Vec<String>,
+    /// Which routes need the key ([`ApiKeyScope`]).
+    pub api_key_scope: ApiKeyScope,
     pub cors: CorsConfig,
     pub limits: Limits,
     pub connections: ConnectionLimits,
@@ -41,6 +53,7 @@ impl Default for ServerConfig {
             served_model_names: vec!["default".into()],
             model_root: String::new(),
             api_keys: Vec::new(),
+            api_key_scope: ApiKeyScope::All,
             cors: CorsConfig::default(),
             limits: Limits::default(),
             connections: ConnectionLimits::default(),

@@ -37,6 +37,6 @@ pub mod tools;
 pub mod turn;
 pub mod ui;
 
-pub use config::{ConnectionLimits, CorsConfig, Limits, ServerConfig};
+pub use config::{ApiKeyScope, ConnectionLimits, CorsConfig, Limits, ServerConfig};
 pub use shutdown::serve;
 pub use state::{AppState, ModelContext, Runner, SamplingDefaults};

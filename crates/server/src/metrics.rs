@@ -280,6 +280,12 @@ impl Metrics {
             "Number of generation tokens processed.",
             s.generation_tokens_total as f64,
         );
+        counter(
+            &mut out,
+            "vllm_rs:request_ignored_fields",
+            "Unknown request fields accepted and ignored (as vLLM does); the log names them.",
+            crate::protocol::fields::ignored_fields() as f64,
+        );
         if s.spec_decode_enabled {
             render_spec_decode(&mut out, l, s);
         }

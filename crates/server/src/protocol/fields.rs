@@ -359,9 +359,18 @@ pub fn check_fields(body: &RawObject, endpoint: Endpoint) -> ApiResult<()> {
         }
     }
     if !unknown.is_empty() {
+        IGNORED_FIELDS.fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!("The following fields were present in the request but ignored: {unknown:?}");
     }
     Ok(())
+}
+
+/// Unknown request fields accepted and ignored since start-up (`/metrics`; the log names them).
+/// One process-wide count with no field label: the names are the client's, unbounded.
+static IGNORED_FIELDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn ignored_fields() -> u64 {
+    IGNORED_FIELDS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]
