@@ -161,3 +161,23 @@ fn bench_serve_against_vllm_rs_serve() {
     let errors = r["errors"].as_array().unwrap();
     assert!(errors.iter().all(|e| e.as_str().unwrap().contains("400")), "{errors:?}");
 }
+
+/// The Responses and Messages APIs driven the same way: every request runs to its length
+/// (`ignore_eos`, the extension both endpoints take) and the usage events give the counts.
+#[test]
+fn bench_serve_drives_the_responses_and_messages_apis() {
+    let s = Server::start(&[]);
+    let dir = TempDir::new("apis");
+    for (backend, endpoint) in [("openai-responses", "/v1/responses"), ("anthropic-messages", "/v1/messages")] {
+        let name = format!("{backend}.json");
+        let (_, r) = bench(&s, &dir.0, &name, &["--backend", backend, "--endpoint", endpoint]);
+        assert_eq!(
+            (r["completed"].as_u64(), r["failed"].as_u64()),
+            (Some(NUM_PROMPTS as u64), Some(0)),
+            "{backend}: {r}"
+        );
+        assert_eq!(r["backend"], backend);
+        assert_eq!(r["total_output_tokens"], NUM_PROMPTS * OUTPUT_LEN, "{backend}: every request ran to its length");
+        assert!(f(&r, "mean_ttft_ms") > 0.0 && f(&r, "mean_itl_ms") > 0.0, "{backend}: {r}");
+    }
+}

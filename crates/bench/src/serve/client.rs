@@ -23,6 +23,13 @@ pub enum Backend {
     OpenaiChat,
     /// `/v1/completions`, as `openai`.
     Vllm,
+    /// `/v1/responses` (OpenAI's Responses API), the prompt as `input` (not in vLLM's tool).
+    #[value(name = "openai-responses")]
+    OpenaiResponses,
+    /// `/v1/messages` (Anthropic's Messages API), the prompt as one user message (not in
+    /// vLLM's tool).
+    #[value(name = "anthropic-messages")]
+    AnthropicMessages,
 }
 
 impl Backend {
@@ -31,6 +38,8 @@ impl Backend {
             Backend::Openai => "openai",
             Backend::OpenaiChat => "openai-chat",
             Backend::Vllm => "vllm",
+            Backend::OpenaiResponses => "openai-responses",
+            Backend::AnthropicMessages => "anthropic-messages",
         }
     }
 
@@ -39,6 +48,8 @@ impl Backend {
         let (api, suffix) = match self {
             Backend::Openai | Backend::Vllm => ("OpenAI Completions API", "completions"),
             Backend::OpenaiChat => ("OpenAI Chat Completions API", "chat/completions"),
+            Backend::OpenaiResponses => ("OpenAI Responses API", "responses"),
+            Backend::AnthropicMessages => ("Anthropic Messages API", "messages"),
         };
         if api_url.ends_with(suffix) { Ok(()) } else { Err(format!("{api} URL must end with one of: {{'{suffix}'}}.")) }
     }
@@ -89,6 +100,19 @@ impl RequestInput {
                 "max_completion_tokens": self.output_len,
                 "stream": true,
                 "stream_options": {"include_usage": true},
+            }),
+            // Usage comes in the final event of these two APIs.
+            Backend::OpenaiResponses => json!({
+                "model": self.model,
+                "input": self.prompt,
+                "max_output_tokens": self.output_len,
+                "stream": true,
+            }),
+            Backend::AnthropicMessages => json!({
+                "model": self.model,
+                "messages": [{"role": "user", "content": self.prompt}],
+                "max_tokens": self.output_len,
+                "stream": true,
             }),
         };
         let obj = body.as_object_mut().expect("object");
@@ -234,6 +258,9 @@ impl StreamState {
     /// One `data:` payload: a token chunk (timed), the usage chunk, or an error.
     fn on_data(&mut self, backend: Backend, data: &str, now: f64, out: &mut RequestOutput) -> Result<(), String> {
         let v: Value = serde_json::from_str(data).map_err(|e| format!("not JSON ({e}): {data}"))?;
+        if matches!(backend, Backend::OpenaiResponses | Backend::AnthropicMessages) {
+            return self.on_typed_event(&v, now, out);
+        }
         let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first());
         let token = match (backend, choice) {
             (Backend::Openai | Backend::Vllm, Some(c)) => Some(c.get("text").and_then(Value::as_str).unwrap_or("")),
@@ -243,14 +270,7 @@ impl StreamState {
             _ => None,
         };
         if let Some(text) = token {
-            if !self.first {
-                self.first = true;
-                out.ttft = now - self.st;
-            } else {
-                out.itl.push(now - self.most_recent);
-            }
-            self.most_recent = now;
-            out.generated_text.push_str(text);
+            self.on_token(text, now, out);
         } else if let Some(usage) = v.get("usage").filter(|u| u.as_object().is_some_and(|o| !o.is_empty())) {
             out.output_tokens = usage.get("completion_tokens").and_then(Value::as_u64).map(|n| n as usize);
             if let Some(pt) = usage.get("prompt_tokens").and_then(Value::as_u64) {
@@ -261,6 +281,42 @@ impl StreamState {
             // one did not complete, so it is counted as failed here.
             let msg = err.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| err.to_string());
             return Err(format!("error event in the stream: {msg}"));
+        }
+        Ok(())
+    }
+}
+
+impl StreamState {
+    /// A token event: the first sets TTFT, the others add an inter-token latency.
+    fn on_token(&mut self, text: &str, now: f64, out: &mut RequestOutput) {
+        if !self.first {
+            self.first = true;
+            out.ttft = now - self.st;
+        } else {
+            out.itl.push(now - self.most_recent);
+        }
+        self.most_recent = now;
+        out.generated_text.push_str(text);
+    }
+
+    /// An event of the Responses or Messages stream, told apart by its `type`: text deltas are
+    /// tokens; the final event (`response.completed`, `message_delta`) carries the usage.
+    fn on_typed_event(&mut self, v: &Value, now: f64, out: &mut RequestOutput) -> Result<(), String> {
+        let count = |u: &Value, k: &str| u.get(k).and_then(Value::as_u64).map(|n| n as usize);
+        match v["type"].as_str().unwrap_or("") {
+            "response.output_text.delta" => self.on_token(v["delta"].as_str().unwrap_or(""), now, out),
+            "content_block_delta" if v["delta"]["type"] == "text_delta" => {
+                self.on_token(v["delta"]["text"].as_str().unwrap_or(""), now, out)
+            }
+            "response.completed" => {
+                let u = &v["response"]["usage"];
+                out.output_tokens = count(u, "output_tokens");
+                out.prompt_len = count(u, "input_tokens").unwrap_or(out.prompt_len);
+            }
+            "message_start" => out.prompt_len = count(&v["message"]["usage"], "input_tokens").unwrap_or(out.prompt_len),
+            "message_delta" => out.output_tokens = count(&v["usage"], "output_tokens"),
+            "error" | "response.failed" => return Err(format!("error event in the stream: {v}")),
+            _ => {}
         }
         Ok(())
     }
@@ -359,6 +415,39 @@ mod tests {
         assert_eq!(out.latency, 2.5, "ends at the last token chunk, not the usage chunk");
         assert_eq!(out.output_tokens, Some(3));
         assert_eq!(out.prompt_len, 9);
+    }
+
+    #[test]
+    fn responses_and_messages_streams_time_the_text_deltas() {
+        let (out, res) = run(
+            Backend::OpenaiResponses,
+            &[
+                json!({"type": "response.created", "response": {"status": "in_progress"}}),
+                json!({"type": "response.output_text.delta", "delta": "Hi"}),
+                json!({"type": "response.output_text.delta", "delta": " there"}),
+                json!({"type": "response.output_text.done", "text": "Hi there"}),
+                json!({"type": "response.completed", "response": {"usage": {"input_tokens": 4, "output_tokens": 2}}}),
+            ],
+        );
+        res.unwrap();
+        assert_eq!((out.generated_text.as_str(), out.ttft, out.itl.as_slice()), ("Hi there", 1.5, &[1.0][..]));
+        assert_eq!((out.output_tokens, out.prompt_len, out.latency), (Some(2), 4, 2.5));
+        let (out, res) = run(
+            Backend::AnthropicMessages,
+            &[
+                json!({"type": "message_start", "message": {"usage": {"input_tokens": 6, "output_tokens": 0}}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Yo"}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 1}}),
+                json!({"type": "message_stop"}),
+            ],
+        );
+        res.unwrap();
+        assert_eq!((out.generated_text.as_str(), out.ttft, out.output_tokens, out.prompt_len), ("Yo", 2.5, Some(1), 6));
+        let (_, res) =
+            run(Backend::AnthropicMessages, &[json!({"type": "error", "error": {"type": "overloaded_error"}})]);
+        assert!(res.unwrap_err().contains("overloaded_error"));
     }
 
     #[test]

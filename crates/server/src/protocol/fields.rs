@@ -205,6 +205,7 @@ const MESSAGES: &[&str] = &[
     "tool_choice",
     "chat_template_kwargs",
     "output_config",
+    "ignore_eos",
     // Harmless: identification and routing.
     "metadata",
     "service_tier",

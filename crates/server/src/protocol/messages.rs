@@ -25,6 +25,9 @@ pub struct MessagesRequest {
     pub tool_choice: Option<ToolChoice>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
     pub output_config: Option<OutputConfig>,
+    /// An extension (vllm-rs; not Anthropic's): generate `max_tokens` whatever EOS says, as
+    /// chat's vLLM `ignore_eos` (for benchmarks that need fixed output lengths).
+    pub ignore_eos: Option<bool>,
 }
 
 /// `output_config`: the output's JSON schema (chat's `response_format`); `effort` has no
@@ -185,6 +188,7 @@ impl MessagesRequest {
             ("top_p", self.top_p.map(|v| json!(v))),
             ("top_k", self.top_k.map(|v| json!(v))),
             ("stream", self.stream.map(|v| json!(v))),
+            ("ignore_eos", self.ignore_eos.map(|v| json!(v))),
         ];
         for (k, v) in optional {
             if let Some(v) = v {

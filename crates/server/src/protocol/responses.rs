@@ -56,6 +56,8 @@ pub const CHAT_FIELDS: &[&str] = &[
     "request_id",
     "priority",
     "cache_salt",
+    // vLLM's sampling extension, as chat takes it (fixed output lengths for benchmarks).
+    "ignore_eos",
 ];
 
 impl ResponsesRequest {
