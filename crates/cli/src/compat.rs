@@ -85,6 +85,59 @@ pub struct VllmCompatArgs {
     /// Accepted: image, video and audio inputs are refused, whatever the limits.
     #[arg(long)]
     pub limit_mm_per_prompt: Option<String>,
+
+    /// Only 1 (`-dp`): one engine per process; run replicas behind a load balancer.
+    #[arg(long, default_value_t = 1)]
+    pub data_parallel_size: usize,
+
+    /// Refused: LoRA adapters are not supported yet (merge the adapter into the weights).
+    #[arg(long)]
+    pub enable_lora: bool,
+
+    /// Refused, as --enable-lora.
+    #[arg(long, num_args = 1..)]
+    pub lora_modules: Vec<String>,
+
+    /// Refused: TLS is not built in; terminate TLS in a reverse proxy (nginx, Caddy, an ingress).
+    #[arg(long)]
+    pub ssl_keyfile: Option<String>,
+
+    /// Refused, as --ssl-keyfile.
+    #[arg(long)]
+    pub ssl_certfile: Option<String>,
+
+    /// Accepted: routes are served at `/`; a proxy that strips the prefix (vLLM's use of
+    /// root_path) works unchanged.
+    #[arg(long)]
+    pub root_path: Option<String>,
+
+    /// `auto`, `safetensors` or `gguf` (the format is read from the files either way); other
+    /// formats (pt, npcache, dummy, tensorizer, bitsandbytes, …) are refused.
+    #[arg(long, default_value = "auto")]
+    pub load_format: String,
+
+    /// `auto`, `hf` or `slow`: the HF tokenizers library's tokenizer.json either way; `mistral`
+    /// (mistral_common) and `custom` are refused.
+    #[arg(long, default_value = "auto")]
+    pub tokenizer_mode: String,
+
+    /// The Hugging Face token for gated repos (default: $HF_TOKEN, then the saved login).
+    #[arg(long)]
+    pub hf_token: Option<String>,
+
+    /// Accepted: message contents are given to the chat template as strings or as OpenAI
+    /// content parts as the template reads them (vLLM's `auto`).
+    #[arg(long)]
+    pub chat_template_content_format: Option<String>,
+
+    /// Answer every request with an `x-request-id` header: the client's own, else a new one.
+    #[arg(long)]
+    pub enable_request_id_headers: bool,
+
+    /// Count generation and pooling requests in flight, reported by `GET /load` as
+    /// `{"server_load": N}` (0 without this flag, as in vLLM).
+    #[arg(long)]
+    pub enable_server_load_tracking: bool,
 }
 
 impl VllmCompatArgs {
@@ -113,6 +166,34 @@ impl VllmCompatArgs {
                 bail!("{flag} {v}: recurrent states are kept in float32 (auto or float32)");
             }
         }
+        if self.data_parallel_size != 1 {
+            bail!(
+                "--data-parallel-size {}: one engine per process here; run several replicas behind a load balancer",
+                self.data_parallel_size
+            );
+        }
+        if self.enable_lora || !self.lora_modules.is_empty() {
+            bail!(
+                "--enable-lora / --lora-modules: LoRA adapters are not supported yet; merge the adapter into the weights"
+            );
+        }
+        if self.ssl_keyfile.is_some() || self.ssl_certfile.is_some() {
+            bail!(
+                "--ssl-keyfile / --ssl-certfile: TLS is not built in; terminate TLS in a reverse proxy (nginx, Caddy)"
+            );
+        }
+        if !matches!(self.load_format.as_str(), "auto" | "safetensors" | "gguf") {
+            bail!(
+                "--load-format {}: only safetensors and GGUF files are read (auto, safetensors or gguf)",
+                self.load_format
+            );
+        }
+        if !matches!(self.tokenizer_mode.as_str(), "auto" | "hf" | "slow") {
+            bail!(
+                "--tokenizer-mode {}: only Hugging Face tokenizers (tokenizer.json) are read (auto, hf or slow)",
+                self.tokenizer_mode
+            );
+        }
         if let Some(f) = self.gpu_memory_utilization.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
             bail!("--gpu-memory-utilization {f}: must be in (0, 1]");
         }
@@ -132,6 +213,18 @@ impl VllmCompatArgs {
             (
                 self.limit_mm_per_prompt.is_some(),
                 "--limit-mm-per-prompt: image, video and audio inputs are not supported (refused with a 400)",
+            ),
+            (
+                self.root_path.is_some(),
+                "--root-path: routes are served at /; a proxy that strips the prefix works unchanged",
+            ),
+            (
+                self.chat_template_content_format.is_some(),
+                "--chat-template-content-format: contents reach the template as it reads them (vLLM's auto)",
+            ),
+            (
+                self.tokenizer_mode == "slow",
+                "--tokenizer-mode slow: the one tokenizer here is HF tokenizers' tokenizer.json",
             ),
         ];
         for (_, note) in notes.iter().filter(|(on, _)| *on) {
@@ -175,6 +268,7 @@ fn dashes(a: OsString) -> OsString {
     let long = match s.as_ref() {
         "-tp" => Some("--tensor-parallel-size"),
         "-pp" => Some("--pipeline-parallel-size"),
+        "-dp" => Some("--data-parallel-size"),
         _ => None,
     };
     if let Some(l) = long {

@@ -190,6 +190,8 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
             KeyScope::All => ApiKeyScope::All,
             KeyScope::V1 => ApiKeyScope::V1,
         },
+        request_id_headers: a.engine.vllm.enable_request_id_headers,
+        server_load_tracking: a.engine.vllm.enable_server_load_tracking,
         cors: CorsConfig {
             allowed_origins: list_arg(&a.allowed_origins).context("--allowed-origins")?,
             allowed_methods: list_arg(&a.allowed_methods).context("--allowed-methods")?,

@@ -320,6 +320,9 @@ fn load_draft(args: &EngineArgs) -> Result<Option<Box<dyn vllm_rs_models::Model>
 /// The model as `--model`, `--revision` and `--download-dir` name it.
 fn resolve(model: Option<&str>, args: &EngineArgs) -> Result<vllm_rs_hub::ResolvedModel> {
     let mut config = vllm_rs_hub::HubConfig::from_env();
+    if let Some(t) = args.vllm.hf_token.as_deref().filter(|t| !t.is_empty()) {
+        config.hf_token = Some(t.to_string());
+    }
     if let Some(dir) = &args.vllm.download_dir {
         config.cache_dir = dir.clone();
         config.hf_cache = dir.clone();

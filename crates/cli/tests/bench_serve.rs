@@ -173,7 +173,7 @@ fn bench_serve_drives_the_responses_and_messages_apis() {
         let (_, r) = bench(&s, &dir.0, &name, &["--backend", backend, "--endpoint", endpoint]);
         assert_eq!(
             (r["completed"].as_u64(), r["failed"].as_u64()),
-            (Some(NUM_PROMPTS as u64), Some(0)),
+            (Some(NUM_PROMPTS), Some(0)),
             "{backend}: {r}"
         );
         assert_eq!(r["backend"], backend);

@@ -1,6 +1,6 @@
 //! SageMaker's `/invocations` (dispatched on the body's fields, as vLLM does) and ORCA load
 //! reports (`endpoint-load-metrics-format` in, `endpoint-load-metrics` out on non-streaming
-//! completion and chat answers).
+//! completion and chat answers), and vLLM's `GET /load` (requests in flight).
 
 mod common;
 
@@ -61,4 +61,39 @@ fn orca_load_reports_follow_the_requested_format() {
         !head_of(&s, "/v1/completions", stream, "endpoint-load-metrics-format: text\r\n")
             .contains("endpoint-load-metrics:")
     );
+}
+
+fn server_load(s: &Server) -> u64 {
+    let (status, body) = s.get("/load");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["server_load"].as_u64().unwrap()
+}
+
+/// `--enable-server-load-tracking`: a stream counts while it runs, and stops counting when its
+/// client goes away; without the flag `/load` says 0, as vLLM's does.
+#[test]
+fn load_counts_requests_in_flight_when_tracking_is_on() {
+    let s = Server::start(&["--enable-server-load-tracking"]);
+    assert_eq!(server_load(&s), 0);
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true, "stream": true}).to_string();
+    let mut conn = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut first = [0u8; 256];
+    assert!(conn.read(&mut first).unwrap() > 0, "the stream started");
+    assert_eq!(server_load(&s), 1, "the running stream counts");
+    drop(conn);
+    let t0 = std::time::Instant::now();
+    while server_load(&s) != 0 {
+        assert!(t0.elapsed().as_secs() < 10, "a dropped stream still counts after 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    s.ok("/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2}));
+    assert_eq!(server_load(&s), 0, "a finished request no longer counts");
+
+    let off = Server::start(&[]);
+    assert_eq!(server_load(&off), 0);
 }

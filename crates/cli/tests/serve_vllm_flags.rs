@@ -38,9 +38,34 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
         "warning",
         "--max_num_seqs",
         "8",
+        "-dp",
+        "1",
+        "--root-path",
+        "/api",
+        "--load-format",
+        "auto",
+        "--tokenizer-mode",
+        "auto",
+        "--chat-template-content-format",
+        "string",
+        "--enable-request-id-headers",
+        "--hf-token",
+        "hf_unused",
         "--config",
         config.to_str().unwrap(),
     ]);
+    // --enable-request-id-headers: the client's id comes back, else a new one.
+    let id_of = |given: Option<&str>| {
+        let mut req = ureq::get(s.url("/health"));
+        if let Some(g) = given {
+            req = req.header("x-request-id", g);
+        }
+        let resp = req.call().expect("GET /health");
+        resp.headers().get("x-request-id").map(|v| v.to_str().unwrap().to_string())
+    };
+    assert_eq!(id_of(Some("trace-42")).as_deref(), Some("trace-42"));
+    let fresh = id_of(None).expect("a generated x-request-id");
+    assert!(fresh.len() == 32 && fresh != id_of(None).unwrap(), "{fresh}");
     let r = s.ok("/v1/completions", &json!({"prompt": "Hello", "max_tokens": 4, "temperature": 0}));
     assert!(r["choices"][0]["text"].is_string());
     // max_logprobs: 3 from the YAML file is in force.
@@ -52,6 +77,8 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
         "--trust-remote-code",
         "--enforce-eager",
         "--limit-mm-per-prompt",
+        "--root-path",
+        "--chat-template-content-format",
     ] {
         assert!(log.contains(note), "no log line for {note}: {log}");
     }
@@ -68,6 +95,11 @@ fn flags_that_cannot_be_honoured_are_refused() {
         ("--dtype", "int8", "expected auto, float32"),
         ("--gpu-memory-utilization", "1.5", "must be in (0, 1]"),
         ("--mamba-ssm-cache-dtype", "float16", "recurrent states are kept in float32"),
+        ("-dp", "2", "one engine per process"),
+        ("--lora-modules", "sql=./adapter", "LoRA adapters are not supported yet"),
+        ("--ssl-keyfile", "key.pem", "terminate TLS in a reverse proxy"),
+        ("--load-format", "dummy", "only safetensors and GGUF files are read"),
+        ("--tokenizer-mode", "mistral", "only Hugging Face tokenizers"),
     ] {
         let (ok, err) = vllm_rs(&["generate", "--model", model, "--prompt", "x", flag, value]);
         assert!(!ok && err.contains(says), "{flag} {value}: {err}");

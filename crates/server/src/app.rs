@@ -24,8 +24,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async { not_found() })
         .method_not_allowed_fallback(|| async { method_not_allowed() })
         .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
-        .layer(middleware::from_fn(access_log))
-        .with_state(state.clone());
+        .layer(middleware::from_fn(access_log));
+    if state.config.request_id_headers {
+        app = app.layer(middleware::from_fn(request_id_header));
+    }
+    let mut app = app.with_state(state.clone());
     if let Some(cors) = cors_layer(&state.config.cors) {
         app = app.layer(cors);
     }
@@ -37,28 +40,31 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub fn api_routes(state: &Arc<AppState>) -> Vec<(&'static str, MethodRouter<Arc<AppState>>)> {
     // ORCA load reports on completion and chat answers (see `orca.rs`).
     let orca = middleware::from_fn_with_state(state.clone(), crate::orca::load_report);
+    // vLLM's `load_aware_call` routes: generation and pooling (see `server_load.rs`).
+    let load = middleware::from_fn_with_state(state.clone(), crate::server_load::track);
     vec![
         ("/health", get(health::health)),
+        ("/load", get(crate::server_load::load)),
         ("/ping", get(health::ping).post(health::ping)),
         ("/version", get(health::version)),
         ("/metrics", get(metrics::metrics)),
         ("/v1/models", get(models::list)),
-        ("/v1/completions", post(completions::create).layer(orca.clone())),
-        ("/v1/chat/completions", post(chat::create).layer(orca)),
-        ("/v1/responses", post(responses::create)),
+        ("/v1/completions", post(completions::create).layer(orca.clone()).layer(load.clone())),
+        ("/v1/chat/completions", post(chat::create).layer(orca).layer(load.clone())),
+        ("/v1/responses", post(responses::create).layer(load.clone())),
         ("/v1/responses/{id}", get(responses::get).delete(responses::delete)),
         ("/v1/responses/{id}/cancel", post(responses::cancel)),
-        ("/v1/messages", post(messages::create)),
+        ("/v1/messages", post(messages::create).layer(load.clone())),
         ("/v1/messages/count_tokens", post(messages::count_tokens)),
-        ("/invocations", post(sagemaker::invocations)),
-        ("/v1/embeddings", post(embeddings::embeddings)),
-        ("/pooling", post(embeddings::pooling)),
-        ("/classify", post(classify::classify)),
-        ("/score", post(score::score)),
-        ("/v1/score", post(score::score)),
-        ("/rerank", post(score::rerank)),
-        ("/v1/rerank", post(score::rerank)),
-        ("/v2/rerank", post(score::rerank)),
+        ("/invocations", post(sagemaker::invocations).layer(load.clone())),
+        ("/v1/embeddings", post(embeddings::embeddings).layer(load.clone())),
+        ("/pooling", post(embeddings::pooling).layer(load.clone())),
+        ("/classify", post(classify::classify).layer(load.clone())),
+        ("/score", post(score::score).layer(load.clone())),
+        ("/v1/score", post(score::score).layer(load.clone())),
+        ("/rerank", post(score::rerank).layer(load.clone())),
+        ("/v1/rerank", post(score::rerank).layer(load.clone())),
+        ("/v2/rerank", post(score::rerank).layer(load)),
         ("/tokenize", post(tokenize::tokenize)),
         ("/detokenize", post(tokenize::detokenize)),
     ]
@@ -76,6 +82,18 @@ async fn access_log(req: Request, next: Next) -> Response {
     } else {
         tracing::info!("{line} {status}");
     }
+    resp
+}
+
+/// `x-request-id` on every response (`--enable-request-id-headers`): the request's own header
+/// when it sent one, else a new random id, as vLLM's middleware does.
+async fn request_id_header(req: Request, next: Next) -> Response {
+    let given = req.headers().get("x-request-id").cloned();
+    let mut resp = next.run(req).await;
+    let id = given.unwrap_or_else(|| {
+        HeaderValue::from_str(&format!("{:032x}", rand::random::<u128>())).expect("hex is a valid header value")
+    });
+    resp.headers_mut().insert("x-request-id", id);
     resp
 }
 

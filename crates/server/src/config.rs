@@ -22,6 +22,11 @@ pub struct ServerConfig {
     pub api_keys: Vec<String>,
     /// Which routes need the key ([`ApiKeyScope`]).
     pub api_key_scope: ApiKeyScope,
+    /// Answer every request with an `x-request-id` header (vLLM's
+    /// `--enable-request-id-headers`): the client's own, else a new one.
+    pub request_id_headers: bool,
+    /// Count requests in flight for `GET /load` (vLLM's `--enable-server-load-tracking`).
+    pub server_load_tracking: bool,
     pub cors: CorsConfig,
     pub limits: Limits,
     pub connections: ConnectionLimits,
@@ -54,6 +59,8 @@ impl Default for ServerConfig {
             model_root: String::new(),
             api_keys: Vec::new(),
             api_key_scope: ApiKeyScope::All,
+            request_id_headers: false,
+            server_load_tracking: false,
             cors: CorsConfig::default(),
             limits: Limits::default(),
             connections: ConnectionLimits::default(),

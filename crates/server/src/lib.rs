@@ -28,6 +28,7 @@ pub mod reasoning;
 pub mod response_store;
 pub mod routes;
 pub mod sampling;
+pub mod server_load;
 pub mod shutdown;
 pub mod sse;
 pub mod state;

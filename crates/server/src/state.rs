@@ -148,6 +148,8 @@ pub struct AppState {
     pub body_budget: Option<Arc<tokio::sync::Semaphore>>,
     /// `/v1/responses` results kept for `GET` and `previous_response_id`.
     pub responses: ResponseStore,
+    /// Requests in flight, for `GET /load` ([`crate::server_load`]).
+    pub server_load: crate::server_load::ServerLoad,
 }
 
 impl AppState {
@@ -159,6 +161,7 @@ impl AppState {
             responses: ResponseStore::new(config.max_stored_responses, crate::response_store::MAX_BYTES),
             config,
             body_budget,
+            server_load: Default::default(),
             model: OnceLock::new(),
             started: Instant::now(),
             started_unix,
