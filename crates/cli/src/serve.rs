@@ -50,6 +50,12 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "all")]
     pub api_key_scope: KeyScope,
 
+    /// JSON object of sampling defaults that replace the model's generation config values
+    /// (vLLM's flag), e.g. '{"temperature": 0.5, "max_new_tokens": 256}': temperature, top_p,
+    /// top_k, min_p, repetition_penalty, max_new_tokens. Request values still win.
+    #[arg(long)]
+    pub override_generation_config: Option<String>,
+
     /// CORS: allowed origins, as a JSON list (vLLM's form, e.g. '["*"]') or plain values.
     /// Default: none (no cross-origin browser access).
     #[arg(long, num_args = 1..)]
@@ -175,6 +181,7 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         );
     }
     a.tools.check().map_err(anyhow::Error::msg)?;
+    let overrides = generation_overrides(a.override_generation_config.as_deref())?;
     let mut api_keys: Vec<String> = a.api_key.clone();
     if api_keys.is_empty()
         && let Ok(k) = std::env::var("VLLM_API_KEY")
@@ -237,14 +244,20 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         let name = served_model_names[0].clone();
         let tools = a.tools.clone();
         vllm_rs_server::serve(listener, state, move || {
-            load(model_arg, &engine_args, &name, &tools).map_err(|e| format!("{e:#}"))
+            load(model_arg, &engine_args, &name, &tools, overrides).map_err(|e| format!("{e:#}"))
         })
         .await
         .map_err(anyhow::Error::msg)
     })
 }
 
-fn load(model: Option<String>, args: &EngineArgs, served_name: &str, tools: &ToolArgs) -> Result<ModelContext> {
+fn load(
+    model: Option<String>,
+    args: &EngineArgs,
+    served_name: &str,
+    tools: &ToolArgs,
+    overrides: Option<serde_json::Map<String, serde_json::Value>>,
+) -> Result<ModelContext> {
     // A testing aid: hold the model back so tests can see the server before it is ready.
     if let Some(ms) = std::env::var("VLLM_RS_SERVE_LOAD_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
         std::thread::sleep(Duration::from_millis(ms));
@@ -255,7 +268,10 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str, tools: &Too
     };
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;
-    let defaults = SamplingDefaults::from_generation_config(l.generation.as_ref());
+    let mut defaults = SamplingDefaults::from_generation_config(l.generation.as_ref());
+    if let Some(o) = &overrides {
+        defaults = defaults.with_overrides(o).map_err(|e| anyhow::anyhow!("--override-generation-config: {e}"))?;
+    }
     let reasoning = (tools.reasoning_parser.as_deref())
         .map(|n| ReasoningParser::by_name(n, &l.tokenizer).map_err(|e| anyhow::anyhow!("--reasoning-parser: {e}")))
         .transpose()?;
@@ -264,7 +280,7 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str, tools: &Too
             .map_err(|e| anyhow::anyhow!("--tool-call-parser: {e}"))?;
     }
     if defaults != SamplingDefaults::default() {
-        info!("default sampling parameters from the model's generation config: {defaults:?}");
+        info!("default sampling parameters (generation config and its overrides): {defaults:?}");
     }
     Ok(ModelContext {
         runner: Runner::Generate(EngineHandle::spawn(l.core)),
@@ -280,6 +296,17 @@ fn load(model: Option<String>, args: &EngineArgs, served_name: &str, tools: &Too
 }
 
 /// An embedding model's context: the pooling runner, no chat template or sampling defaults.
+/// `--override-generation-config`, parsed and checked at start-up (before the model loads).
+fn generation_overrides(arg: Option<&str>) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+    let Some(text) = arg else { return Ok(None) };
+    let o = match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(o)) => o,
+        _ => anyhow::bail!("--override-generation-config: expected a JSON object, got {text:?}"),
+    };
+    SamplingDefaults::default().with_overrides(&o).map_err(|e| anyhow::anyhow!("--override-generation-config: {e}"))?;
+    Ok(Some(o))
+}
+
 fn pooling_context(p: LoadedPooling, served_name: &str) -> ModelContext {
     info!("serving {} as {served_name:?} (embeddings: /v1/embeddings, /pooling, /score, /rerank)", p.model_arg);
     let max_model_len = p.limits.max_model_len;

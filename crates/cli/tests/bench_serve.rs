@@ -171,11 +171,7 @@ fn bench_serve_drives_the_responses_and_messages_apis() {
     for (backend, endpoint) in [("openai-responses", "/v1/responses"), ("anthropic-messages", "/v1/messages")] {
         let name = format!("{backend}.json");
         let (_, r) = bench(&s, &dir.0, &name, &["--backend", backend, "--endpoint", endpoint]);
-        assert_eq!(
-            (r["completed"].as_u64(), r["failed"].as_u64()),
-            (Some(NUM_PROMPTS), Some(0)),
-            "{backend}: {r}"
-        );
+        assert_eq!((r["completed"].as_u64(), r["failed"].as_u64()), (Some(NUM_PROMPTS), Some(0)), "{backend}: {r}");
         assert_eq!(r["backend"], backend);
         assert_eq!(r["total_output_tokens"], NUM_PROMPTS * OUTPUT_LEN, "{backend}: every request ran to its length");
         assert!(f(&r, "mean_ttft_ms") > 0.0 && f(&r, "mean_itl_ms") > 0.0, "{backend}: {r}");

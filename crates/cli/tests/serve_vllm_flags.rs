@@ -178,3 +178,23 @@ fn download_dir_and_revision_choose_where_and_what_is_fetched() {
     ]);
     assert!(err.contains("revision 'v2'") && err.contains("/tmp/vllm-rs-dl/models--org--repo"), "{err}");
 }
+
+/// `--override-generation-config`: its values become the defaults of requests that leave them out;
+/// a key that does nothing here, or text that is not a JSON object, stops start-up.
+#[test]
+fn override_generation_config_sets_the_sampling_defaults() {
+    let s = Server::start(&["--override-generation-config", r#"{"temperature": 0, "max_new_tokens": 3}"#]);
+    let chat = |extra: serde_json::Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Name a colour."}]});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        s.ok("/v1/chat/completions", &body)
+    };
+    let by_default = chat(json!({}));
+    let greedy = chat(json!({"max_tokens": 3, "temperature": 0}));
+    assert_eq!(by_default["usage"]["completion_tokens"], 3, "{by_default}");
+    assert_eq!(by_default["choices"][0]["message"], greedy["choices"][0]["message"]);
+    for (value, says) in [(r#"{"beam_width": 2}"#, "beam_width is not a default"), ("temperature=0", "a JSON object")] {
+        let (ok, err) = vllm_rs(&["serve", "--port", "0", "--override-generation-config", value]);
+        assert!(!ok && err.contains(says), "{value}: {err}");
+    }
+}

@@ -38,6 +38,32 @@ impl SamplingDefaults {
             max_tokens: g.max_new_tokens.map(|v| v as usize),
         }
     }
+
+    /// vLLM's `--override-generation-config`: these keys of a JSON object replace (or set) the
+    /// generation config's values; other keys are refused, naming the ones that apply.
+    pub fn with_overrides(mut self, o: &serde_json::Map<String, serde_json::Value>) -> Result<Self, String> {
+        for (k, v) in o {
+            let num = || v.as_f64().ok_or_else(|| format!("{k}: expected a number, got {v}"));
+            let int = || v.as_i64().ok_or_else(|| format!("{k}: expected an integer, got {v}"));
+            match k.as_str() {
+                "temperature" => self.temperature = Some(num()? as f32),
+                "top_p" => self.top_p = Some(num()? as f32),
+                "top_k" => self.top_k = Some(int()?.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+                "min_p" => self.min_p = Some(num()? as f32),
+                "repetition_penalty" => self.repetition_penalty = Some(num()? as f32),
+                "max_new_tokens" => {
+                    self.max_tokens = Some(usize::try_from(int()?).map_err(|_| format!("{k}: {v} < 0"))?)
+                }
+                _ => {
+                    return Err(format!(
+                        "{k} is not a default this server applies (temperature, top_p, top_k, min_p, \
+                         repetition_penalty, max_new_tokens)"
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// What runs the model: the generating engine, or the pooling runner of an encoder
