@@ -270,7 +270,8 @@ impl EncoderConfig {
 
     pub fn attention(&self) -> EncoderAttentionParams {
         let head_dim = self.hidden_size / self.num_attention_heads;
-        EncoderAttentionParams { num_heads: self.num_attention_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() }
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        EncoderAttentionParams { num_heads: self.num_attention_heads, head_dim, scale, window: None }
     }
 }
 
