@@ -71,7 +71,8 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
         vllm_rs_kernels::pool::init_global(n);
     }
     let tier = vllm_rs_kernels::isa::try_init().map_err(anyhow::Error::msg)?;
-    info!("compute: {} threads, {} kernels", vllm_rs_kernels::pool::global().n_threads(), tier.name());
+    let backend = vllm_rs_kernels::backend::default().name();
+    info!("compute: the {backend} backend, {} threads", vllm_rs_kernels::pool::global().n_threads());
 
     let resolved = resolve(model, args)?;
     info!("model: {}", resolved.description);

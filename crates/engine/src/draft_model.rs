@@ -123,8 +123,9 @@ impl Drafter {
             state_saves: &[],
         };
         self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits);
-        let vocab = self.model.info().vocab_size;
-        self.logits.chunks_exact(vocab).map(crate::sampler::argmax).collect()
+        let mut next = Vec::new();
+        self.ws.backend.argmax_rows(&self.logits, self.model.info().vocab_size, &mut next);
+        next
     }
 }
 

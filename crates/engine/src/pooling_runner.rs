@@ -171,6 +171,7 @@ fn run_batch(model: &PoolingModel, batch: Vec<(PoolingInput, Reply)>, ws: &mut P
         batch.iter().flat_map(|(i, _)| i.token_type_ids.clone().unwrap_or_else(|| zeros(i))).collect()
     });
     let d = model.info.hidden_size;
+    let be = ws.backend();
     let hidden = model.forward(&ids, types.as_deref(), &lens, ws);
     let mut start = 0;
     let (mut cls, mut scratch, mut logits) = (Vec::new(), Vec::new(), Vec::new());
@@ -183,7 +184,7 @@ fn run_batch(model: &PoolingModel, batch: Vec<(PoolingInput, Reply)>, ws: &mut P
                 // One row at a time: a sequence's logits never depend on its batch.
                 cls.clear();
                 cls.extend_from_slice(&rows[..d]);
-                head.logits(&cls, 1, &mut scratch, &mut logits);
+                head.logits(be, &cls, 1, &mut scratch, &mut logits);
                 v.extend_from_slice(&logits);
             }
             _ => model.pooling.pooling_type.pool(rows, d, &mut v),

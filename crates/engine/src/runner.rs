@@ -283,6 +283,7 @@ impl ModelRunner {
         };
         self.model.forward_with(&batch, &mut self.kv, &mut self.workspace, &mut self.logits);
         let vocab = self.model.info().vocab_size;
+        let be = self.workspace.backend;
         // Each sampling request's rows: its last known token's, then one per draft.
         let mut samples: Vec<(usize, Vec<&mut [f32]>)> = Vec::new();
         for (row, &(si, prompt_pos, is_sample)) in self.logits.chunks_exact_mut(vocab).zip(&self.batch.logits_rows) {
@@ -290,7 +291,7 @@ impl ModelRunner {
             if let Some(p) = prompt_pos {
                 let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
                 let k = state.params.prompt_logprobs.unwrap_or(0);
-                let lp = sampler::log_softmax(row);
+                let lp = be.log_softmax(row);
                 let target = state.token_ids[p];
                 if state.prompt_logprobs.len() <= p {
                     state.prompt_logprobs.resize(p + 1, None);

@@ -156,24 +156,7 @@ pub fn apply_penalties(logits: &mut [f32], p: &SamplingParams, prompt: &[u32], o
     }
 }
 
-/// Index of the largest value (the first one on ties).
-pub fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// `log_softmax` with an f64 normalizer.
-pub fn log_softmax(x: &[f32]) -> Vec<f32> {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
-    let lse = max as f64 + sum.ln();
-    x.iter().map(|&v| (v as f64 - lse) as f32).collect()
-}
+pub use vllm_rs_kernels::ops::{argmax, log_softmax};
 
 /// Masks tokens whose probability is below `min_p ×` the top probability.
 fn apply_min_p(logits: &mut [f32], min_p: f32) {

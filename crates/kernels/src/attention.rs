@@ -212,7 +212,7 @@ pub fn paged_attention(
 }
 
 /// [`paged_attention`] on a given tier (tests compare tiers).
-fn paged_attention_on(
+pub(crate) fn paged_attention_on(
     tier: crate::isa::Tier,
     q: &[f32],
     cache: &LayerKvCache,

@@ -62,7 +62,7 @@ pub fn encoder_attention(
 
 /// [`encoder_attention`] on a given tier (the softmax's); every tier gives the same bits.
 #[allow(clippy::too_many_arguments)]
-fn encoder_attention_on(
+pub fn encoder_attention_on(
     tier: Tier,
     q: &[f32],
     k: &[f32],

@@ -4,6 +4,7 @@
 //! ([`isa::tier`]) and tested against it on random data.
 
 pub mod attention;
+pub mod backend;
 pub mod encoder_attention;
 pub mod ggml;
 pub mod isa;
@@ -24,5 +25,6 @@ pub mod recurrent;
 pub mod testing;
 pub mod weight;
 
+pub use backend::Backend;
 pub use ggml::GgmlType;
 pub use weight::{Storage, Weight};

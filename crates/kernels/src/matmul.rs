@@ -85,28 +85,33 @@ thread_local! {
 /// `out[i*n + j] = Σ_k x[i*k + k'] · W[j, k']`. Quantized weights take int16 activations
 /// ([`crate::qmatmul`]); dense weights (f32/f16/bf16) an f32 dot product.
 pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
-    let tier = isa::tier();
-    if w.ty.is_quantized() {
-        matmul_many(x, m, &[w], &mut [out]);
-    } else {
-        matmul_dense(tier, x, m, w, out)
-    }
+    matmul_many_on(isa::tier(), x, m, &[w], &mut [out])
 }
 
 /// [`matmul`] of the same `x` by several weights (q/k/v, gate/up): quantized weights share one
 /// quantization of `x`, and packed weights one pool job.
 pub fn matmul_many(x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
+    matmul_many_on(isa::tier(), x, m, ws, outs)
+}
+
+/// [`matmul_many`] on a given tier (the backends call this).
+pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
     assert_eq!(ws.len(), outs.len());
-    let tier = isa::tier();
     let cols = ws[0].cols;
     if !ws.iter().all(|w| w.ty.is_quantized() && w.cols == cols) {
-        ws.iter().zip(outs.iter_mut()).for_each(|(w, o)| matmul(x, m, w, o));
+        for (w, o) in ws.iter().zip(outs.iter_mut()) {
+            if w.ty.is_quantized() {
+                matmul_many_on(tier, x, m, &[w], &mut [o]);
+            } else {
+                matmul_dense(tier, x, m, w, o);
+            }
+        }
         return;
     }
     assert_eq!(x.len(), m * cols, "matmul: x is not {m} x {cols}");
     ACTS.with(|a| {
         let mut a = a.borrow_mut();
-        a.quantize_into(x, m, cols);
+        a.quantize_into(tier, x, m, cols);
         #[cfg(target_arch = "x86_64")]
         if tier == Tier::Avx512 {
             let packed: [Option<&crate::packed::Packed>; 4] = std::array::from_fn(|i| ws.get(i)?.packed.as_deref());

@@ -109,8 +109,12 @@ pub fn rope(row: &mut [f32], head_dim: usize, table: &RopeTable, t: usize, inter
 /// `gate = silu(gate) * up` (SwiGLU), with [`exp`]; the same bits on every tier (and split
 /// over the pool's threads in runs of 64 values, where the tiers' vector loops take them whole).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    silu_mul_pooled(crate::isa::tier(), gate, up)
+}
+
+/// [`silu_mul`] on a given tier.
+fn silu_mul_pooled(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    let tier = crate::isa::tier();
     if !gate.len().is_multiple_of(64) {
         return silu_mul_on(tier, gate, up);
     }
@@ -141,14 +145,21 @@ fn silu_mul_on(tier: crate::isa::Tier, gate: &mut [f32], up: &[f32]) {
 /// `x = silu(x)`, and with `gate`, `x *= sigmoid(gate)`: [`silu_mul`]'s arithmetic (the
 /// same bits on every tier), split over the pool's threads in runs of 64 values.
 pub fn silu(x: &mut [f32]) {
-    let tier = crate::isa::tier();
+    silu_on(crate::isa::tier(), x)
+}
+
+fn silu_on(tier: crate::isa::Tier, x: &mut [f32]) {
     crate::pool::rows_mut(x, 1, crate::pool::PARALLEL_VALUES, |_, x| sigmoid_on(tier, x, None));
 }
 
 /// `x *= sigmoid(gate)` (gated attention outputs).
 pub fn mul_sigmoid(x: &mut [f32], gate: &[f32]) {
+    mul_sigmoid_on(crate::isa::tier(), x, gate)
+}
+
+/// [`mul_sigmoid`] on a given tier.
+pub(crate) fn mul_sigmoid_on(tier: crate::isa::Tier, x: &mut [f32], gate: &[f32]) {
     assert_eq!(x.len(), gate.len());
-    let tier = crate::isa::tier();
     crate::pool::rows_mut(x, 1, crate::pool::PARALLEL_VALUES, |i0, x| {
         sigmoid_on(tier, x, Some(&gate[i0..i0 + x.len()]))
     });
@@ -182,7 +193,10 @@ const ERFC_A: [f32; 5] = [1.061_405_4, -1.453_152_1, 1.421_413_7, -0.284_496_74,
 /// as the complement `erfc(z)` for negative x so nothing cancels (|error| < 1.5e-7 from A&S
 /// 7.1.26). The same bits on every tier; split over the pool's threads in runs of 64.
 pub fn gelu_erf(x: &mut [f32]) {
-    let tier = crate::isa::tier();
+    gelu_erf_pooled(crate::isa::tier(), x)
+}
+
+fn gelu_erf_pooled(tier: crate::isa::Tier, x: &mut [f32]) {
     crate::pool::rows_mut(x, 1, crate::pool::PARALLEL_VALUES, |_, x| gelu_erf_on(tier, x));
 }
 
@@ -210,11 +224,120 @@ fn gelu_erf_on(tier: crate::isa::Tier, x: &mut [f32]) {
 
 /// `gate = gelu_tanh(gate) * up` (GeGLU with the tanh approximation, `gelu_pytorch_tanh`).
 pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
-    const C: f32 = 0.797_884_6; // sqrt(2/pi)
     for (g, u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        *g = 0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh()) * u;
+        *g = gelu_tanh(*g) * u;
     }
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))`.
+fn gelu_tanh(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// The activation functions of feed-forward blocks, by their config names ([`Activation::parse`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    Silu,
+    GeluTanh,
+    /// Exact GELU (erf).
+    Gelu,
+    Relu,
+    /// `relu(x)²` (Nemotron-H).
+    Relu2,
+    Tanh,
+    /// gpt-oss's experts, gated only: `g = min(gate, limit)`, `u = clamp(up, ±limit)`,
+    /// `(u + 1) · g · σ(alpha · g)`.
+    ClampedSwiglu {
+        alpha: f32,
+        limit: f32,
+    },
+}
+
+impl Activation {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "silu" | "swish" => Some(Activation::Silu),
+            // GPT-2's `gelu_new` is the same tanh approximation.
+            "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" => Some(Activation::GeluTanh),
+            "gelu" => Some(Activation::Gelu),
+            "relu" => Some(Activation::Relu),
+            "relu2" => Some(Activation::Relu2),
+            "tanh" => Some(Activation::Tanh),
+            _ => None,
+        }
+    }
+}
+
+/// `x = act(x)` on a given tier (a feed-forward block without a gate).
+pub(crate) fn activation_on(tier: crate::isa::Tier, act: Activation, x: &mut [f32]) {
+    match act {
+        // `x / (1 + e^-x)`, the same bits on every tier.
+        Activation::Silu => silu_on(tier, x),
+        Activation::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+        Activation::Gelu => gelu_erf_pooled(tier, x),
+        Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+        Activation::Relu2 => x.iter_mut().for_each(|v| *v = v.max(0.0) * v.max(0.0)),
+        Activation::Tanh => x.iter_mut().for_each(|v| *v = v.tanh()),
+        // Only gpt-oss's expert MLPs (always gated) are built with it; no config names it.
+        Activation::ClampedSwiglu { .. } => unreachable!("the clamped SwiGLU needs its up projection"),
+    }
+}
+
+/// `gate = act(gate) · up` on a given tier.
+pub(crate) fn gated_activation_on(tier: crate::isa::Tier, act: Activation, gate: &mut [f32], up: &[f32]) {
+    match act {
+        Activation::Silu => silu_mul_pooled(tier, gate, up),
+        Activation::GeluTanh => gelu_tanh_mul(gate, up),
+        Activation::ClampedSwiglu { alpha, limit } => {
+            for (g, u) in gate.iter_mut().zip(up.iter()) {
+                let (x, u) = (g.min(limit), u.clamp(-limit, limit));
+                *g = (u + 1.0) * (x / (1.0 + exp(-alpha * x)));
+            }
+        }
+        Activation::Gelu | Activation::Relu | Activation::Relu2 | Activation::Tanh => {
+            activation_on(tier, act, gate);
+            gate.iter_mut().zip(up.iter()).for_each(|(g, u)| *g *= u);
+        }
+    }
+}
+
+/// torch's `nn.LayerNorm` of every `w.len()`-sized row of `x` in place, `bias` optional. Mean
+/// and variance are summed in f64: one order for every row (batch invariance) and closer to
+/// the exact value than any f32 order.
+pub fn layer_norm_rows(x: &mut [f32], w: &[f32], bias: Option<&[f32]>, eps: f32) {
+    let d = w.len();
+    crate::pool::rows_mut(x, d, crate::pool::min_rows(d), |_, rows| {
+        for x in rows.chunks_exact_mut(d) {
+            let n = x.len() as f64;
+            let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+            let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+            let mean = mean as f32;
+            for (i, (v, w)) in x.iter_mut().zip(w).enumerate() {
+                *v = (*v - mean) * inv * w + bias.map_or(0.0, |b| b[i]);
+            }
+        }
+    });
+}
+
+/// Index of the largest value (the first one on ties, as `torch.argmax`).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// `log_softmax` with an f64 normalizer.
+pub fn log_softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    x.iter().map(|&v| (v as f64 - lse) as f32).collect()
 }
 
 /// In-place softmax; returns nothing, leaves a probability vector.

@@ -61,7 +61,7 @@ impl ActRow<'_> {
 impl QuantizedActs {
     /// Quantizes `x` (`m × k`, `k` a multiple of 32) into `self`, reusing its buffers.
     /// Rounding is to nearest, ties to even, on every tier (so all tiers agree bit for bit).
-    pub fn quantize_into(&mut self, x: &[f32], m: usize, k: usize) {
+    pub fn quantize_into(&mut self, tier: crate::isa::Tier, x: &[f32], m: usize, k: usize) {
         assert_eq!(k % QA_BLOCK, 0, "activation length {k} is not a multiple of {QA_BLOCK}");
         assert_eq!(x.len(), m * k);
         self.m = m;
@@ -77,8 +77,7 @@ impl QuantizedActs {
         if k == 0 {
             return;
         }
-        let simd = cfg!(target_arch = "x86_64")
-            && matches!(crate::isa::tier(), crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512);
+        let simd = cfg!(target_arch = "x86_64") && matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512);
         let (q, d, sum16) =
             (Rows::new(&mut self.q, k), Rows::new(&mut self.d, blocks), Rows::new(&mut self.sum16, 2 * blocks));
         let derived = (
@@ -117,7 +116,7 @@ impl QuantizedActs {
 
     pub fn quantize(x: &[f32], m: usize, k: usize) -> Self {
         let mut a = QuantizedActs::default();
-        a.quantize_into(x, m, k);
+        a.quantize_into(crate::isa::tier(), x, m, k);
         a
     }
 

@@ -6,6 +6,8 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::Linear;
 use serde_json::Value;
+use vllm_rs_kernels::Backend;
+use vllm_rs_kernels::ops::Activation;
 
 pub struct SequenceClassifier {
     /// `tanh(dense(cls))`.
@@ -39,10 +41,10 @@ impl SequenceClassifier {
     }
 
     /// Logits of each sequence from its first token's state (`cls`: `seqs × hidden`).
-    pub fn logits(&self, cls: &[f32], seqs: usize, scratch: &mut Vec<f32>, out: &mut Vec<f32>) {
-        self.dense.forward(cls, seqs, scratch);
-        scratch.iter_mut().for_each(|v| *v = v.tanh());
-        self.out.forward(scratch, seqs, out);
+    pub fn logits(&self, be: &dyn Backend, cls: &[f32], seqs: usize, scratch: &mut Vec<f32>, out: &mut Vec<f32>) {
+        self.dense.forward(be, cls, seqs, scratch);
+        be.activation(Activation::Tanh, scratch);
+        self.out.forward(be, scratch, seqs, out);
     }
 }
 

@@ -17,10 +17,9 @@ use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
 use crate::norm::Norm;
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
-use vllm_rs_kernels::Weight;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache};
-use vllm_rs_kernels::matmul::matmul;
 use vllm_rs_kernels::ops::RopeTable;
+use vllm_rs_kernels::{Backend, Weight};
 
 /// A layer's token mixer: attention over paged K/V, or multi-head latent attention over the
 /// compressed latents.
@@ -61,6 +60,7 @@ impl Mixer {
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         batch: &ForwardBatch,
         rope: &RopeTable,
@@ -70,11 +70,11 @@ impl Mixer {
         out: &mut Vec<f32>,
     ) {
         match self {
-            Mixer::Attention(a) => a.forward(x, batch, rope, kv, layer, ws, out),
-            Mixer::Mla(a) => a.forward(x, batch, rope, kv, layer, ws, out),
-            Mixer::GatedDeltaNet(a) => a.forward(x, batch, kv, layer, &mut ws.gdn, out),
-            Mixer::ShortConv(a) => a.forward(x, batch, kv, layer, &mut ws.short_conv, out),
-            Mixer::Mamba2(a) => a.forward(x, batch, kv, layer, &mut ws.mamba2, out),
+            Mixer::Attention(a) => a.forward(be, x, batch, rope, kv, layer, ws, out),
+            Mixer::Mla(a) => a.forward(be, x, batch, rope, kv, layer, ws, out),
+            Mixer::GatedDeltaNet(a) => a.forward(be, x, batch, kv, layer, &mut ws.gdn, out),
+            Mixer::ShortConv(a) => a.forward(be, x, batch, kv, layer, &mut ws.short_conv, out),
+            Mixer::Mamba2(a) => a.forward(be, x, batch, kv, layer, &mut ws.mamba2, out),
             Mixer::None => unreachable!("the decoder skips absent halves"),
         }
     }
@@ -132,21 +132,18 @@ pub struct PositionEmbedding {
 }
 
 impl PositionEmbedding {
-    /// `h[t] += weight[positions[t] + offset]`, using `row` as scratch.
-    fn add(&self, positions: &[u32], h: &mut [f32], row: &mut Vec<f32>) {
-        let d = self.weight.cols;
-        row.resize(d, 0.0);
-        for (hr, &p) in h.chunks_exact_mut(d).zip(positions) {
-            self.weight.dequantize_row(p as usize + self.offset, row);
-            hr.iter_mut().zip(row.iter()).for_each(|(a, b)| *a += b);
-        }
+    /// `h[t] += weight[positions[t] + offset]`, using `rows` as scratch.
+    fn add(&self, be: &dyn Backend, positions: &[u32], h: &mut [f32], rows: &mut Vec<f32>) {
+        let ids: Vec<u32> = positions.iter().map(|&p| p + self.offset as u32).collect();
+        be.embedding(&self.weight, &ids, 1.0, rows);
+        be.add_assign(h, rows);
     }
 }
 
 impl DecoderModel {
     /// Writes the embeddings of `ids` into `out` (`ids.len() × hidden_size`).
-    pub fn embed_input_ids(&self, ids: &[u32], out: &mut Vec<f32>) {
-        self.embed_tokens.forward(ids, self.embed_scale, out);
+    pub fn embed_input_ids(&self, be: &dyn Backend, ids: &[u32], out: &mut Vec<f32>) {
+        self.embed_tokens.forward(be, ids, self.embed_scale, out);
     }
 }
 
@@ -163,8 +160,9 @@ impl Model for DecoderModel {
         ws: &'w mut Workspace,
     ) -> &'w [f32] {
         let n = batch.num_tokens();
+        let be = ws.backend;
         match input {
-            ForwardInput::TokenIds(ids) => self.embed_input_ids(ids, &mut ws.h),
+            ForwardInput::TokenIds(ids) => self.embed_input_ids(be, ids, &mut ws.h),
             ForwardInput::Embeddings(e) => {
                 ws.h.clear();
                 ws.h.extend_from_slice(e);
@@ -172,7 +170,7 @@ impl Model for DecoderModel {
         }
         assert_eq!(ws.h.len(), n * self.info.hidden_size, "one input row per batch token");
         if let Some(pe) = &self.embed_positions {
-            pe.add(batch.positions, &mut ws.h, &mut ws.y);
+            pe.add(be, batch.positions, &mut ws.h, &mut ws.y);
         }
         ws.ropes.resize_with(self.rope_inv_freqs.len(), RopeTable::default);
         for (table, inv_freq) in ws.ropes.iter_mut().zip(&self.rope_inv_freqs) {
@@ -186,36 +184,36 @@ impl Model for DecoderModel {
             .collect();
         let norm_of = |k: usize| halves.get(k).map_or(&self.norm, |&(i, mixer)| self.layers[i].norm(mixer));
         ws.x.clone_from(&ws.h);
-        norm_of(0).forward(&mut ws.x);
+        norm_of(0).forward(be, &mut ws.x);
         for (k, &(i, mixer)) in halves.iter().enumerate() {
             let layer = &self.layers[i];
             if mixer {
                 let rope = &ws.ropes[layer.rope];
-                layer.self_attn.forward(&ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
+                layer.self_attn.forward(be, &ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
                 if let Some(norm) = &layer.post_attn_norm {
-                    norm.forward(&mut ws.y);
+                    norm.forward(be, &mut ws.y);
                 }
             } else {
-                layer.mlp.forward(&ws.x, n, [&mut ws.gate, &mut ws.up], &mut ws.moe, &mut ws.y);
+                layer.mlp.forward(be, &ws.x, n, [&mut ws.gate, &mut ws.up], &mut ws.moe, &mut ws.y);
                 if let Some(norm) = &layer.post_mlp_norm {
-                    norm.forward(&mut ws.y);
+                    norm.forward(be, &mut ws.y);
                 }
             }
-            norm_of(k + 1).add_forward(&mut ws.h, &ws.y, &mut ws.x);
+            norm_of(k + 1).add_forward(be, &mut ws.h, &ws.y, &mut ws.x);
         }
         &ws.x
     }
 
-    fn compute_logits(&self, hidden: &[f32], logits: &mut Vec<f32>) {
+    fn compute_logits(&self, be: &dyn Backend, hidden: &[f32], logits: &mut Vec<f32>) {
         let rows = hidden.len() / self.info.hidden_size;
         // Every value is overwritten: only new capacity is zeroed.
         logits.resize(rows * self.info.vocab_size, 0.0);
-        matmul(hidden, rows, &self.lm_head, logits);
+        be.matmul(hidden, rows, &self.lm_head, logits);
         if self.logit_scale != 1.0 {
-            logits.iter_mut().for_each(|v| *v *= self.logit_scale);
+            be.scale(logits, self.logit_scale);
         }
         if let Some(cap) = self.final_logit_softcap {
-            logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+            be.softcap(logits, cap);
         }
     }
 }

@@ -10,8 +10,9 @@ use crate::norm::LayerNorm;
 use crate::pooling_model::PoolingInfo;
 use serde::Deserialize;
 use serde_json::Value;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::Weight;
-use vllm_rs_kernels::encoder_attention::{EncoderAttentionParams, RelativeBias, encoder_attention};
+use vllm_rs_kernels::encoder_attention::{EncoderAttentionParams, RelativeBias};
 
 /// How a token's position row is found.
 #[derive(Clone, Copy, Debug)]
@@ -25,19 +26,18 @@ pub enum Positions {
 }
 
 impl Positions {
-    /// Rows of the position table the tokens of one sequence read.
-    fn rows(self, ids: &[u32], out: &mut Vec<usize>) {
-        out.clear();
+    /// Appends the rows of the position table the tokens of one sequence read.
+    fn rows(self, ids: &[u32], out: &mut Vec<u32>) {
         match self {
-            Positions::Absolute => out.extend(0..ids.len()),
+            Positions::Absolute => out.extend(0..ids.len() as u32),
             Positions::AfterPadding { padding_idx } => {
                 let mut count = 0;
                 out.extend(ids.iter().map(|&id| {
                     if id == padding_idx {
-                        return padding_idx as usize;
+                        return padding_idx;
                     }
                     count += 1;
-                    padding_idx as usize + count
+                    padding_idx + count
                 }));
             }
         }
@@ -122,9 +122,9 @@ pub struct EncoderModel {
     pub relative_bias: Option<RelativePositionBias>,
 }
 
-/// Scratch of one encoder forward, kept by the caller between calls.
-#[derive(Default)]
+/// Scratch of one encoder forward, kept by the caller between calls, and the backend it runs on.
 pub struct EncoderWorkspace {
+    pub backend: &'static dyn Backend,
     pub h: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -132,9 +132,36 @@ pub struct EncoderWorkspace {
     attn: Vec<f32>,
     y: Vec<f32>,
     inner: Vec<f32>,
-    rows: Vec<usize>,
+    rows: Vec<u32>,
     row: Vec<f32>,
     bias: Vec<f32>,
+}
+
+impl EncoderWorkspace {
+    /// An empty workspace whose passes run on `backend`.
+    pub fn on(backend: &'static dyn Backend) -> Self {
+        let v = Vec::new;
+        EncoderWorkspace {
+            backend,
+            h: v(),
+            q: v(),
+            k: v(),
+            v: v(),
+            attn: v(),
+            y: v(),
+            inner: v(),
+            rows: vec![],
+            row: v(),
+            bias: v(),
+        }
+    }
+}
+
+/// A workspace on the process's backend ([`vllm_rs_kernels::backend::default`]).
+impl Default for EncoderWorkspace {
+    fn default() -> Self {
+        EncoderWorkspace::on(vllm_rs_kernels::backend::default())
+    }
 }
 
 impl EncoderModel {
@@ -184,47 +211,53 @@ impl EncoderModel {
         let types = self.token_type.as_ref().map_or(1, |t| t.rows);
         assert!(type_ids.is_none_or(|t| t.iter().all(|&ty| (ty as usize) < types)), "type ids below {types}");
         let n = ids.len();
-        self.embed(ids, type_ids, seq_lens, ws);
+        let be = ws.backend;
+        self.embed(be, ids, type_ids, seq_lens, ws);
         let bias = self.relative_bias.as_ref().map(|rb| {
             let span = seq_lens.iter().copied().max().unwrap_or(1).max(1);
             rb.fill(self.attention.num_heads, span, &mut ws.bias);
             span
         });
         for layer in &self.layers {
-            Linear::forward_many([&layer.q, &layer.k, &layer.v], &ws.h, n, [&mut ws.q, &mut ws.k, &mut ws.v]);
+            Linear::forward_many(be, [&layer.q, &layer.k, &layer.v], &ws.h, n, [&mut ws.q, &mut ws.k, &mut ws.v]);
             ws.attn.resize(ws.q.len(), 0.0);
             let rb = bias.map(|span| RelativeBias { values: &ws.bias, span });
-            encoder_attention(&ws.q, &ws.k, &ws.v, seq_lens, &self.attention, rb, &mut ws.attn);
-            layer.o.forward(&ws.attn, n, &mut ws.y);
-            add_norm(&layer.attn_norm, &mut ws.h, &ws.y);
-            layer.up.forward(&ws.h, n, &mut ws.inner);
-            self.act.apply(&mut ws.inner);
-            layer.down.forward(&ws.inner, n, &mut ws.y);
-            add_norm(&layer.out_norm, &mut ws.h, &ws.y);
+            be.encoder_attention(&ws.q, &ws.k, &ws.v, seq_lens, &self.attention, rb, &mut ws.attn);
+            layer.o.forward(be, &ws.attn, n, &mut ws.y);
+            add_norm(be, &layer.attn_norm, &mut ws.h, &ws.y);
+            layer.up.forward(be, &ws.h, n, &mut ws.inner);
+            be.activation(self.act, &mut ws.inner);
+            layer.down.forward(be, &ws.inner, n, &mut ws.y);
+            add_norm(be, &layer.out_norm, &mut ws.h, &ws.y);
         }
         &ws.h
     }
 
     /// `h = LayerNorm(word + position (+ token type))` for every token.
-    fn embed(&self, ids: &[u32], type_ids: Option<&[u32]>, seq_lens: &[usize], ws: &mut EncoderWorkspace) {
-        self.word_embeddings.forward(ids, 1.0, &mut ws.h);
-        let d = self.info.hidden_size;
-        ws.row.resize(d, 0.0);
+    fn embed(
+        &self,
+        be: &dyn Backend,
+        ids: &[u32],
+        type_ids: Option<&[u32]>,
+        seq_lens: &[usize],
+        ws: &mut EncoderWorkspace,
+    ) {
+        self.word_embeddings.forward(be, ids, 1.0, &mut ws.h);
+        ws.rows.clear();
         let mut start = 0;
         for &len in seq_lens {
             self.positions.rows(&ids[start..start + len], &mut ws.rows);
-            for (t, &p) in ws.rows.iter().enumerate() {
-                let h = &mut ws.h[(start + t) * d..][..d];
-                self.position_embeddings.dequantize_row(p, &mut ws.row);
-                h.iter_mut().zip(&ws.row).for_each(|(a, b)| *a += b);
-                if let Some(table) = &self.token_type {
-                    table.dequantize_row(type_ids.map_or(0, |ty| ty[start + t]) as usize, &mut ws.row);
-                    h.iter_mut().zip(&ws.row).for_each(|(a, b)| *a += b);
-                }
-            }
             start += len;
         }
-        self.embed_norm.forward(&mut ws.h);
+        be.embedding(&self.position_embeddings, &ws.rows, 1.0, &mut ws.row);
+        be.add_assign(&mut ws.h, &ws.row);
+        if let Some(table) = &self.token_type {
+            ws.rows.clear();
+            ws.rows.extend((0..ids.len()).map(|t| type_ids.map_or(0, |ty| ty[t])));
+            be.embedding(table, &ws.rows, 1.0, &mut ws.row);
+            be.add_assign(&mut ws.h, &ws.row);
+        }
+        self.embed_norm.forward(be, &mut ws.h);
     }
 }
 
@@ -314,9 +347,9 @@ pub fn tensor_prefix(ck: &Checkpoint, candidates: &[&'static str]) -> &'static s
 }
 
 /// `h = norm(h + y)` (post-norm residual).
-fn add_norm(norm: &LayerNorm, h: &mut [f32], y: &[f32]) {
-    h.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-    norm.forward(h);
+fn add_norm(be: &dyn Backend, norm: &LayerNorm, h: &mut [f32], y: &[f32]) {
+    be.add_assign(h, y);
+    norm.forward(be, h);
 }
 
 #[cfg(test)]

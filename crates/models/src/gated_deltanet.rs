@@ -15,8 +15,9 @@ use crate::layers::Linear;
 use crate::recurrent_state::{HeadLayout, convolve_requests, positive, scan_heads, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::KvCache;
-use vllm_rs_kernels::recurrent::gated_delta_step;
+use vllm_rs_kernels::ops::Activation;
 use vllm_rs_kernels::{ops, pool};
 
 /// Shapes of a gated delta-net layer (config keys `linear_*`).
@@ -143,8 +144,10 @@ impl GatedDeltaNet {
     }
 
     /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         batch: &ForwardBatch,
         kv: &mut KvCache,
@@ -156,14 +159,15 @@ impl GatedDeltaNet {
         let d = self.dims;
         let GdnBuffers { qkv, z, b, a, core, row } = ws;
         Linear::forward_many(
+            be,
             [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a],
             x,
             n,
             [qkv, z, b, a],
         );
         let conv = d.conv_dim();
-        convolve_requests(kv, layer, batch, qkv, conv, (&self.conv_weight, d.conv_kernel), row);
-        ops::silu(qkv);
+        convolve_requests(be, kv, layer, batch, qkv, conv, (&self.conv_weight, d.conv_kernel), row);
+        be.activation(Activation::Silu, qkv);
         self.prepare_qk(qkv, n);
         // beta = σ(b) and the decay exp(g), per token and value head.
         b.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
@@ -175,9 +179,9 @@ impl GatedDeltaNet {
         core.resize(n * d.value_dim(), 0.0);
         let seqs = &batch.groups[kv.group_of(layer)].seqs;
         let (states, per_slot) = kv.states_mut(layer);
-        self.delta_rule(qkv, b, a, (seqs, batch.state_saves), states, per_slot, core);
-        self.gated_norm(core, z);
-        self.out_proj.forward(core, n, out);
+        self.delta_rule(be, qkv, b, a, (seqs, batch.state_saves), states, per_slot, core);
+        self.gated_norm(be, core, z);
+        self.out_proj.forward(be, core, n, out);
     }
 
     /// L2-normalises every q and k head (ε = 1e-6 inside the root, as transformers' `l2norm`),
@@ -201,6 +205,7 @@ impl GatedDeltaNet {
     #[allow(clippy::too_many_arguments)]
     fn delta_rule(
         &self,
+        be: &dyn Backend,
         qkv: &[f32],
         beta: &[f32],
         decay: &[f32],
@@ -218,14 +223,14 @@ impl GatedDeltaNet {
             let q = &r[kh * dk..(kh + 1) * dk];
             let k = &r[d.key_dim() + kh * dk..d.key_dim() + (kh + 1) * dk];
             let v = &r[2 * d.key_dim() + h * dv..2 * d.key_dim() + (h + 1) * dv];
-            gated_delta_step(state, q, k, v, decay[t * nv + h], beta[t * nv + h], scratch, out);
+            be.gated_delta_step(state, q, k, v, decay[t * nv + h], beta[t * nv + h], scratch, out);
         });
     }
 
     /// `core = rmsnorm(core) · w · silu(z)` per value head.
-    fn gated_norm(&self, core: &mut [f32], z: &mut [f32]) {
+    fn gated_norm(&self, be: &dyn Backend, core: &mut [f32], z: &mut [f32]) {
         let dv = self.dims.head_v_dim;
-        ops::silu(z);
+        be.activation(Activation::Silu, z);
         pool::rows_mut(core, dv, pool::min_rows(dv), |r0, rows| {
             for (i, head) in rows.chunks_exact_mut(dv).enumerate() {
                 let inv = ops::inv_rms(head, self.eps);

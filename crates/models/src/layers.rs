@@ -5,10 +5,9 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use vllm_rs_core::KvCacheSpec;
-use vllm_rs_kernels::attention::{AttentionParams, KvCache, paged_attention};
-use vllm_rs_kernels::matmul::matmul_many;
-use vllm_rs_kernels::ops::{self, RopeTable};
-use vllm_rs_kernels::{Weight, ggml, pool};
+use vllm_rs_kernels::attention::{AttentionParams, KvCache};
+use vllm_rs_kernels::ops::RopeTable;
+use vllm_rs_kernels::{Backend, Weight};
 
 /// `y = x Wᵀ (+ b)` over any weight format.
 pub struct Linear {
@@ -29,24 +28,28 @@ impl Linear {
     }
 
     /// `x` is `m × in`; writes `m × out` into `y` (resized; its allocation is reused).
-    pub fn forward(&self, x: &[f32], m: usize, y: &mut Vec<f32>) {
-        Linear::forward_many([self], x, m, [y]);
+    pub fn forward(&self, be: &dyn Backend, x: &[f32], m: usize, y: &mut Vec<f32>) {
+        Linear::forward_many(be, [self], x, m, [y]);
     }
 
     /// [`Linear::forward`] of the same `x` through several layers (q/k/v, gate/up) at once:
     /// one quantization of `x` and, where the weights allow, one kernel job.
-    pub fn forward_many<const N: usize>(ls: [&Linear; N], x: &[f32], m: usize, ys: [&mut Vec<f32>; N]) {
+    pub fn forward_many<const N: usize>(
+        be: &dyn Backend,
+        ls: [&Linear; N],
+        x: &[f32],
+        m: usize,
+        ys: [&mut Vec<f32>; N],
+    ) {
         let mut outs = ys;
         for (l, y) in ls.iter().zip(outs.iter_mut()) {
             y.resize(m * l.weight.rows, 0.0);
         }
         let mut slices = outs.map(|y| y.as_mut_slice());
-        matmul_many(x, m, &ls.map(|l| &l.weight), &mut slices);
+        be.matmul_many(x, m, &ls.map(|l| &l.weight), &mut slices);
         for (l, y) in ls.iter().zip(slices) {
             if let Some(b) = &l.bias {
-                for row in y.chunks_exact_mut(b.len()) {
-                    ops::add_assign(row, b);
-                }
+                be.add_rows(y, b);
             }
         }
     }
@@ -65,13 +68,13 @@ impl RmsNorm {
     }
 
     /// Normalizes every `weight.len()`-sized row in place.
-    pub fn forward(&self, x: &mut [f32]) {
-        ops::rms_norm_rows(x, self.weight.len(), &self.weight, self.eps, self.offset);
+    pub fn forward(&self, be: &dyn Backend, x: &mut [f32]) {
+        be.rms_norm_rows(x, self.weight.len(), &self.weight, self.eps, self.offset);
     }
 
     /// The residual add and this norm: `h += y`, then `x` = `h` normalized.
-    pub fn add_forward(&self, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
-        ops::add_rms_norm_rows(h, y, x, self.weight.len(), &self.weight, self.eps, self.offset);
+    pub fn add_forward(&self, be: &dyn Backend, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
+        be.add_rms_norm_rows(h, y, x, self.weight.len(), &self.weight, self.eps, self.offset);
     }
 }
 
@@ -83,15 +86,8 @@ pub struct Embedding {
 impl Embedding {
     /// Writes the embeddings of `ids` into `out`; `scale` multiplies every embedding (Gemma's
     /// `sqrt(hidden_size)`), 1 for none.
-    pub fn forward(&self, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
-        let d = self.weight.cols;
-        out.resize(ids.len() * d, 0.0);
-        for (row, &id) in out.chunks_exact_mut(d).zip(ids) {
-            ggml::dequantize(self.weight.ty, self.weight.row(id as usize), row);
-            if scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= scale);
-            }
-        }
+    pub fn forward(&self, be: &dyn Backend, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
+        be.embedding(&self.weight, ids, scale, out);
     }
 }
 
@@ -125,6 +121,7 @@ impl Attention {
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         batch: &ForwardBatch,
         rope: &RopeTable,
@@ -136,32 +133,27 @@ impl Attention {
         let n = batch.num_tokens();
         let hd = self.params.head_dim;
         let AttentionBuffers { q, k, v, attn, gate, .. } = ws;
-        Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], x, n, [q, k, v]);
+        Linear::forward_many(be, [&self.q_proj, &self.k_proj, &self.v_proj], x, n, [q, k, v]);
         if self.output_gate {
             split_gate(q, gate, hd);
         }
         if let Some(norm) = &self.q_norm {
-            norm.forward(q);
+            norm.forward(be, q);
         }
         if let Some(norm) = &self.k_norm {
-            norm.forward(k);
+            norm.forward(be, k);
         }
         let (qr, kr) = (self.params.num_heads * hd, self.params.num_kv_heads * hd);
-        // Split over the pool's threads from 16 tokens (the rotations are row-wise).
-        pool::rows_mut2(q, qr, k, kr, 16, |t0, q, k| {
-            for (i, (q, k)) in q.chunks_exact_mut(qr).zip(k.chunks_exact_mut(kr)).enumerate() {
-                ops::rope(q, hd, rope, t0 + i, self.rope_interleaved);
-                ops::rope(k, hd, rope, t0 + i, self.rope_interleaved);
-            }
-        });
+        be.rope_rows(q, qr, hd, rope, self.rope_interleaved);
+        be.rope_rows(k, kr, hd, rope, self.rope_interleaved);
         let group = &batch.groups[kv.group_of(layer)];
-        kv.write(layer, group.slot_mapping, k, v);
+        be.write_kv(kv, layer, group.slot_mapping, k, v);
         attn.resize(n * qr, 0.0);
-        paged_attention(q, kv.layer(layer), kv.block_size, &group.seqs, &self.params, attn);
+        be.paged_attention(q, kv, layer, &group.seqs, &self.params, attn);
         if self.output_gate {
-            ops::mul_sigmoid(attn, gate);
+            be.mul_sigmoid(attn, gate);
         }
-        self.o_proj.forward(attn, n, out);
+        self.o_proj.forward(be, attn, n, out);
     }
 }
 

@@ -15,8 +15,9 @@ use crate::layers::Linear;
 use crate::recurrent_state::{HeadLayout, convolve_requests, positive, scan_heads, softplus};
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::KvCache;
-use vllm_rs_kernels::recurrent::ssm_step;
+use vllm_rs_kernels::ops::Activation;
 use vllm_rs_kernels::{ops, pool};
 
 /// Shapes of a Mamba-2 mixer.
@@ -139,8 +140,10 @@ impl Mamba2 {
     }
 
     /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         batch: &ForwardBatch,
         kv: &mut KvCache,
@@ -151,7 +154,7 @@ impl Mamba2 {
         let (n, d) = (batch.num_tokens(), self.dims);
         let (inner, conv, nh) = (d.inner(), d.conv_dim(), d.num_heads);
         let Mamba2Buffers { proj, xbc, dt, y, row } = ws;
-        self.in_proj.forward(x, n, proj);
+        self.in_proj.forward(be, x, n, proj);
         let width = inner + conv + nh;
         // z stays in `proj`; xBC and dt are copied out.
         xbc.clear();
@@ -162,22 +165,24 @@ impl Mamba2 {
                 r[inner + conv..].iter().zip(&self.dt_bias).map(|(v, b)| softplus(v + b).max(self.time_step_min)),
             );
         }
-        convolve_requests(kv, layer, batch, xbc, conv, (&self.conv_weight, d.conv_kernel), row);
+        convolve_requests(be, kv, layer, batch, xbc, conv, (&self.conv_weight, d.conv_kernel), row);
         if let Some(bias) = &self.conv_bias {
-            xbc.chunks_exact_mut(conv).for_each(|r| ops::add_assign(r, bias));
+            be.add_rows(xbc, bias);
         }
-        ops::silu(xbc);
+        be.activation(Activation::Silu, xbc);
         y.resize(n * inner, 0.0);
         let seqs = &batch.groups[kv.group_of(layer)].seqs;
         let (states, per_slot) = kv.states_mut(layer);
-        self.scan(xbc, dt, (seqs, batch.state_saves), states, per_slot, y);
+        self.scan(be, xbc, dt, (seqs, batch.state_saves), states, per_slot, y);
         self.gated_norm(y, proj);
-        self.out_proj.forward(y, n, out);
+        self.out_proj.forward(be, y, n, out);
     }
 
     /// The state update over every request's tokens in order, one task per (request, head).
+    #[allow(clippy::too_many_arguments)]
     fn scan(
         &self,
+        be: &dyn Backend,
         xbc: &[f32],
         dt: &[f32],
         (seqs, saves): (&[SeqAttention], &[(usize, u32)]),
@@ -196,7 +201,7 @@ impl Mamba2 {
             let b = &r[d.inner() + g * ns..d.inner() + (g + 1) * ns];
             let c = &r[d.inner() + (d.n_groups + g) * ns..d.inner() + (d.n_groups + g + 1) * ns];
             let step = dt[t * nh + h];
-            ssm_step(state, x, b, c, step, (step * self.neg_a[h]).exp(), self.d[h], out);
+            be.ssm_step(state, x, b, c, step, (step * self.neg_a[h]).exp(), self.d[h], out);
         });
     }
 

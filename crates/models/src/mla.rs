@@ -15,10 +15,9 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layers::{AttentionBuffers, Linear, RmsNorm};
 use vllm_rs_core::KvCacheSpec;
-use vllm_rs_kernels::Weight;
-use vllm_rs_kernels::attention::{AttentionParams, KvCache, paged_attention};
-use vllm_rs_kernels::matmul::matmul;
-use vllm_rs_kernels::ops::{self, RopeTable};
+use vllm_rs_kernels::attention::{AttentionParams, KvCache};
+use vllm_rs_kernels::ops::RopeTable;
+use vllm_rs_kernels::{Backend, Weight};
 
 /// The shape of one MLA layer.
 #[derive(Clone, Copy, Debug)]
@@ -111,6 +110,7 @@ impl MlaAttention {
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         batch: &ForwardBatch,
         rope: &RopeTable,
@@ -125,35 +125,35 @@ impl MlaAttention {
         let (qk, lr) = (nope + r, l + r);
         let AttentionBuffers { q, k: latent, v: q_abs, attn, mla, .. } = ws;
         match &self.q {
-            QueryProj::Direct(p) => p.forward(x, n, q),
+            QueryProj::Direct(p) => p.forward(be, x, n, q),
             QueryProj::LowRank { a, norm, b } => {
-                a.forward(x, n, &mut mla.q_lora);
-                norm.forward(&mut mla.q_lora);
-                b.forward(&mla.q_lora, n, q);
+                a.forward(be, x, n, &mut mla.q_lora);
+                norm.forward(be, &mut mla.q_lora);
+                b.forward(be, &mla.q_lora, n, q);
             }
         }
         // Each position's cache row: [normed latent ; rotated key].
-        self.kv_a_proj_with_mqa.forward(x, n, latent);
+        self.kv_a_proj_with_mqa.forward(be, x, n, latent);
         for (t, row) in latent.chunks_exact_mut(lr).enumerate() {
             let (c, k_pe) = row.split_at_mut(l);
-            ops::rms_norm(c, &self.kv_a_layernorm.weight, LORA_NORM_EPS, 0.0);
-            ops::rope(k_pe, r, rope, t, s.rope_interleaved);
-            scale_by(k_pe, s.rope_factor);
+            be.rms_norm_rows(c, l, &self.kv_a_layernorm.weight, LORA_NORM_EPS, 0.0);
+            be.rope(k_pe, r, rope, t, s.rope_interleaved);
+            scale_by(be, k_pe, s.rope_factor);
         }
         let group = &batch.groups[kv.group_of(layer)];
-        kv.write(layer, group.slot_mapping, latent, &[]);
+        be.write_kv(kv, layer, group.slot_mapping, latent, &[]);
         // Absorbed queries [W_UKᵀ q_nope ; rotated q_pe], head by head.
         q_abs.resize(n * h * lr, 0.0);
         for head in 0..h {
             gather(q, h * qk, head * qk..head * qk + nope, &mut mla.rows);
             mla.out.resize(n * l, 0.0);
-            matmul(&mla.rows, n, &self.w_uk_t[head], &mut mla.out);
+            be.matmul(&mla.rows, n, &self.w_uk_t[head], &mut mla.out);
             for t in 0..n {
                 let dst = &mut q_abs[(t * h + head) * lr..(t * h + head + 1) * lr];
                 dst[..l].copy_from_slice(&mla.out[t * l..(t + 1) * l]);
                 dst[l..].copy_from_slice(&q[(t * h + head) * qk + nope..(t * h + head + 1) * qk]);
-                ops::rope(&mut dst[l..], r, rope, t, s.rope_interleaved);
-                scale_by(&mut dst[l..], s.rope_factor);
+                be.rope(&mut dst[l..], r, rope, t, s.rope_interleaved);
+                scale_by(be, &mut dst[l..], s.rope_factor);
             }
         }
         let params = AttentionParams {
@@ -166,25 +166,25 @@ impl MlaAttention {
             sinks: None,
         };
         attn.resize(n * h * lr, 0.0);
-        paged_attention(q_abs, kv.layer(layer), kv.block_size, &group.seqs, &params, attn);
+        be.paged_attention(q_abs, kv, layer, &group.seqs, &params, attn);
         // Each head's latent result (the leading `l` of its row) through its W_UV.
         let vd = s.v_head_dim;
         mla.heads.resize(n * h * vd, 0.0);
         for head in 0..h {
             gather(attn, h * lr, head * lr..head * lr + l, &mut mla.rows);
             mla.out.resize(n * vd, 0.0);
-            matmul(&mla.rows, n, &self.w_uv[head], &mut mla.out);
+            be.matmul(&mla.rows, n, &self.w_uv[head], &mut mla.out);
             for t in 0..n {
                 mla.heads[(t * h + head) * vd..(t * h + head + 1) * vd].copy_from_slice(&mla.out[t * vd..(t + 1) * vd]);
             }
         }
-        self.o_proj.forward(&mla.heads, n, out);
+        self.o_proj.forward(be, &mla.heads, n, out);
     }
 }
 
-fn scale_by(x: &mut [f32], factor: f32) {
+fn scale_by(be: &dyn Backend, x: &mut [f32], factor: f32) {
     if factor != 1.0 {
-        x.iter_mut().for_each(|v| *v *= factor);
+        be.scale(x, factor);
     }
 }
 

@@ -5,57 +5,9 @@ use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::layers::Linear;
 use crate::moe::{MoeBuffers, SparseMoe};
-use vllm_rs_kernels::ops;
+use vllm_rs_kernels::Backend;
 
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))`, as `ops::gelu_tanh_mul` computes it.
-fn gelu_tanh(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Activation {
-    Silu,
-    GeluTanh,
-    /// Exact GELU (erf).
-    Gelu,
-    Relu,
-    /// `relu(x)²` (Nemotron-H).
-    Relu2,
-    /// gpt-oss's experts, gated only: `g = min(gate, limit)`, `u = clamp(up, ±limit)`,
-    /// `(u + 1) · g · σ(alpha · g)`.
-    ClampedSwiglu {
-        alpha: f32,
-        limit: f32,
-    },
-}
-
-impl Activation {
-    /// `x = act(x)` for a feed-forward block without a gate.
-    pub fn apply(self, x: &mut [f32]) {
-        match self {
-            Activation::Silu => x.iter_mut().for_each(|v| *v /= 1.0 + ops::exp(-*v)),
-            Activation::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-            Activation::Gelu => ops::gelu_erf(x),
-            Activation::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
-            Activation::Relu2 => x.iter_mut().for_each(|v| *v = v.max(0.0) * v.max(0.0)),
-            // Only gpt-oss's expert MLPs (always gated) are built with it; no config names it.
-            Activation::ClampedSwiglu { .. } => unreachable!("the clamped SwiGLU needs its up projection"),
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "silu" | "swish" => Some(Activation::Silu),
-            // GPT-2's `gelu_new` is the same tanh approximation.
-            "gelu_pytorch_tanh" | "gelu_tanh" | "gelu_new" => Some(Activation::GeluTanh),
-            "gelu" => Some(Activation::Gelu),
-            "relu" => Some(Activation::Relu),
-            "relu2" => Some(Activation::Relu2),
-            _ => None,
-        }
-    }
-}
+pub use vllm_rs_kernels::ops::Activation;
 
 /// `down(act(gate(x)) * up(x))`.
 pub struct GatedMlp {
@@ -76,23 +28,19 @@ impl GatedMlp {
     }
 
     /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
-    pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
-        Linear::forward_many([&self.gate_proj, &self.up_proj], x, m, [gate, up]);
-        match self.act {
-            Activation::Silu => ops::silu_mul(gate, up),
-            Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
-            Activation::ClampedSwiglu { alpha, limit } => {
-                for (g, u) in gate.iter_mut().zip(up.iter()) {
-                    let (x, u) = (g.min(limit), u.clamp(-limit, limit));
-                    *g = (u + 1.0) * (x / (1.0 + ops::exp(-alpha * x)));
-                }
-            }
-            act @ (Activation::Gelu | Activation::Relu | Activation::Relu2) => {
-                act.apply(gate);
-                gate.iter_mut().zip(up.iter()).for_each(|(g, u)| *g *= u);
-            }
-        }
-        self.down_proj.forward(gate, m, out);
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        be: &dyn Backend,
+        x: &[f32],
+        m: usize,
+        gate: &mut Vec<f32>,
+        up: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+    ) {
+        Linear::forward_many(be, [&self.gate_proj, &self.up_proj], x, m, [gate, up]);
+        be.gated_activation(self.act, gate, up);
+        self.down_proj.forward(be, gate, m, out);
     }
 }
 
@@ -105,10 +53,10 @@ pub struct Mlp {
 
 impl Mlp {
     /// Writes `m × hidden` into `out`, using `inner` as scratch.
-    pub fn forward(&self, x: &[f32], m: usize, inner: &mut Vec<f32>, out: &mut Vec<f32>) {
-        self.fc1.forward(x, m, inner);
-        self.act.apply(inner);
-        self.fc2.forward(inner, m, out);
+    pub fn forward(&self, be: &dyn Backend, x: &[f32], m: usize, inner: &mut Vec<f32>, out: &mut Vec<f32>) {
+        self.fc1.forward(be, x, m, inner);
+        be.activation(self.act, inner);
+        self.fc2.forward(be, inner, m, out);
     }
 }
 
@@ -124,6 +72,7 @@ impl FeedForward {
     /// Writes `m × hidden` into `out`, using `gate` and `up` (and `moe`) as scratch.
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         m: usize,
         [gate, up]: [&mut Vec<f32>; 2],
@@ -131,9 +80,9 @@ impl FeedForward {
         out: &mut Vec<f32>,
     ) {
         match self {
-            FeedForward::Gated(mlp) => mlp.forward(x, m, gate, up, out),
-            FeedForward::Plain(mlp) => mlp.forward(x, m, gate, out),
-            FeedForward::Moe(block) => block.forward(x, m, moe, out),
+            FeedForward::Gated(mlp) => mlp.forward(be, x, m, gate, up, out),
+            FeedForward::Plain(mlp) => mlp.forward(be, x, m, gate, out),
+            FeedForward::Moe(block) => block.forward(be, x, m, moe, out),
             FeedForward::None => unreachable!("the decoder skips absent halves"),
         }
     }
@@ -142,6 +91,7 @@ impl FeedForward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vllm_rs_kernels::ops;
 
     fn gelu(x: f32) -> f32 {
         let mut v = [x];
@@ -185,7 +135,7 @@ mod tests {
             assert!((gelu(x) as f64 - want).abs() < tol, "gelu({x}) = {}, want {want}", gelu(x));
         }
         let mut x = [-2.0f32, 0.25];
-        Activation::parse("gelu").unwrap().apply(&mut x);
+        vllm_rs_kernels::backend::default().activation(Activation::parse("gelu").unwrap(), &mut x);
         assert_eq!(x, [gelu(-2.0), gelu(0.25)]);
     }
 }

@@ -5,6 +5,7 @@ use crate::layers::{AttentionBuffers, gather_rows};
 use crate::moe::MoeBuffers;
 use std::cell::RefCell;
 use vllm_rs_core::KvCacheSpec;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::ops::RopeTable;
 
@@ -59,9 +60,11 @@ pub enum ForwardInput<'a> {
 }
 
 /// Everything one forward pass writes, kept by the caller between passes so decode does not
-/// allocate per op. A model holds no scratch of its own: one model can serve several callers.
-#[derive(Default)]
+/// allocate per op, and the backend the pass runs on. A model holds no scratch of its own: one
+/// model can serve several callers.
 pub struct Workspace {
+    /// Where every op of the pass runs ([`vllm_rs_kernels::backend`]).
+    pub backend: &'static dyn Backend,
     /// The residual stream, `tokens × hidden`.
     pub h: Vec<f32>,
     /// A normed copy of `h`; after [`Model::forward`], the final hidden states.
@@ -79,6 +82,31 @@ pub struct Workspace {
     pub selected: Vec<f32>,
 }
 
+impl Workspace {
+    /// An empty workspace whose passes run on `backend`.
+    pub fn on(backend: &'static dyn Backend) -> Self {
+        Workspace {
+            backend,
+            h: Vec::new(),
+            x: Vec::new(),
+            y: Vec::new(),
+            attention: AttentionBuffers::default(),
+            gate: Vec::new(),
+            up: Vec::new(),
+            moe: MoeBuffers::default(),
+            ropes: Vec::new(),
+            selected: Vec::new(),
+        }
+    }
+}
+
+/// A workspace on the process's backend ([`vllm_rs_kernels::backend::default`]).
+impl Default for Workspace {
+    fn default() -> Self {
+        Workspace::on(vllm_rs_kernels::backend::default())
+    }
+}
+
 pub trait Model: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
@@ -94,15 +122,15 @@ pub trait Model: Send + Sync {
 
     /// Logits of `hidden` (`rows × hidden_size`, final hidden states) into `logits`,
     /// `[rows × vocab_size]` (resized, reusing its allocation).
-    fn compute_logits(&self, hidden: &[f32], logits: &mut Vec<f32>);
+    fn compute_logits(&self, be: &dyn Backend, hidden: &[f32], logits: &mut Vec<f32>);
 
     /// [`Model::forward`] from the batch's token ids, then the logits of the rows in
     /// `batch.logits_indices` into `logits`, `[logits_indices.len() × vocab_size]`.
     fn forward_with(&self, batch: &ForwardBatch, kv: &mut KvCache, ws: &mut Workspace, logits: &mut Vec<f32>) {
         self.forward(ForwardInput::TokenIds(batch.input_ids), batch, kv, ws);
-        let Workspace { x, selected, .. } = ws;
+        let Workspace { backend, x, selected, .. } = ws;
         gather_rows(x, self.info().hidden_size, batch.logits_indices, selected);
-        self.compute_logits(selected, logits);
+        self.compute_logits(*backend, selected, logits);
     }
 
     /// [`Model::forward_with`] on this thread's workspace: the engine thread calls it every

@@ -16,7 +16,7 @@ use crate::gguf::GgufFile;
 use crate::layers::Linear;
 use crate::mlp::{Activation, FeedForward, GatedMlp, Mlp};
 use serde_json::Value;
-use vllm_rs_kernels::ops;
+use vllm_rs_kernels::Backend;
 
 /// The MoE fields of a config, as the HF families spell them.
 #[derive(Clone, Debug)]
@@ -98,10 +98,19 @@ pub enum Expert {
 
 impl Expert {
     /// Writes `m × hidden` into `out`, using `gate` and `up` as scratch.
-    pub fn forward(&self, x: &[f32], m: usize, gate: &mut Vec<f32>, up: &mut Vec<f32>, out: &mut Vec<f32>) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        be: &dyn Backend,
+        x: &[f32],
+        m: usize,
+        gate: &mut Vec<f32>,
+        up: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+    ) {
         match self {
-            Expert::Gated(mlp) => mlp.forward(x, m, gate, up, out),
-            Expert::Plain(mlp) => mlp.forward(x, m, gate, out),
+            Expert::Gated(mlp) => mlp.forward(be, x, m, gate, up, out),
+            Expert::Plain(mlp) => mlp.forward(be, x, m, gate, out),
         }
     }
 }
@@ -364,27 +373,27 @@ impl SparseMoe {
     }
 
     /// Writes `m × hidden` into `out`.
-    pub fn forward(&self, x: &[f32], m: usize, b: &mut MoeBuffers, out: &mut Vec<f32>) {
+    pub fn forward(&self, be: &dyn Backend, x: &[f32], m: usize, b: &mut MoeBuffers, out: &mut Vec<f32>) {
         let hidden = x.len() / m.max(1);
-        self.route(x, m, b);
-        self.run_experts(x, hidden, b);
+        self.route(be, x, m, b);
+        self.run_experts(be, x, hidden, b);
         // Each token's slots summed in rank order: the same additions whatever the batch.
         out.resize(m * hidden, 0.0);
         for (o, slots) in out.chunks_exact_mut(hidden).zip(b.slots.chunks_exact(self.top_k * hidden)) {
             o.copy_from_slice(&slots[..hidden]);
-            slots[hidden..].chunks_exact(hidden).for_each(|s| ops::add_assign(o, s));
+            slots[hidden..].chunks_exact(hidden).for_each(|s| be.add_assign(o, s));
         }
         if let Some(shared) = &self.shared_expert {
-            shared.mlp.forward(x, m, &mut b.gate, &mut b.up, &mut b.out);
+            shared.mlp.forward(be, x, m, &mut b.gate, &mut b.up, &mut b.out);
             match &shared.gate {
                 Some(gate) => {
-                    gate.forward(x, m, &mut b.logits);
+                    gate.forward(be, x, m, &mut b.logits);
                     for ((o, s), g) in out.chunks_exact_mut(hidden).zip(b.out.chunks_exact(hidden)).zip(&b.logits) {
                         let scale = 1.0 / (1.0 + (-g).exp());
                         o.iter_mut().zip(s).for_each(|(o, s)| *o += scale * s);
                     }
                 }
-                None => ops::add_assign(out, &b.out),
+                None => be.add_assign(out, &b.out),
             }
         }
     }
@@ -393,23 +402,23 @@ impl SparseMoe {
     /// [`SparseMoe::choose`] picks (highest first, the lower index on ties) weighted by their
     /// scores (or by a softmax over the picked logits), optionally renormalized, then scaled;
     /// then the slots grouped by expert.
-    fn route(&self, x: &[f32], m: usize, b: &mut MoeBuffers) {
+    fn route(&self, be: &dyn Backend, x: &[f32], m: usize, b: &mut MoeBuffers) {
         let n = self.experts.len();
-        self.gate.forward(x, m, &mut b.logits);
+        self.gate.forward(be, x, m, &mut b.logits);
         b.routes.clear();
         for probs in b.logits.chunks_exact_mut(n) {
             match self.scoring {
-                Scoring::Softmax => ops::softmax(probs),
+                Scoring::Softmax => be.softmax(probs),
                 Scoring::Sigmoid => probs.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
                 Scoring::TopKSoftmax => {}
             }
             let start = b.routes.len();
             let c = &mut b.choice;
-            self.choose(probs, c);
+            self.choose(be, probs, c);
             c.weights.clear();
             c.weights.extend(c.picked.iter().map(|&e| probs[e]));
             if self.scoring == Scoring::TopKSoftmax {
-                ops::softmax(&mut c.weights);
+                be.softmax(&mut c.weights);
             }
             b.routes.extend(c.picked.iter().copied().zip(c.weights.iter().copied()));
             let routes = &mut b.routes[start..];
@@ -439,11 +448,11 @@ impl SparseMoe {
     /// A token's `top_k` experts by score (plus the correction bias, DeepSeek-V3), among the
     /// experts of its best groups where routing is group-limited.
     /// The result is `c.picked`.
-    fn choose(&self, scores: &[f32], c: &mut Choice) {
+    fn choose(&self, be: &dyn Backend, scores: &[f32], c: &mut Choice) {
         c.scores.clear();
         c.scores.extend_from_slice(scores);
         if let Some(bias) = &self.correction_bias {
-            ops::add_assign(&mut c.scores, bias);
+            be.add_assign(&mut c.scores, bias);
         }
         if let Some(g) = self.group_limit {
             let size = c.scores.len() / g.n_group;
@@ -464,7 +473,7 @@ impl SparseMoe {
 
     /// For each expert with routed slots: its tokens' rows through its MLP in one batch, each
     /// result scaled by the slot's weight into the slot.
-    fn run_experts(&self, x: &[f32], hidden: usize, b: &mut MoeBuffers) {
+    fn run_experts(&self, be: &dyn Backend, x: &[f32], hidden: usize, b: &mut MoeBuffers) {
         let k = self.top_k;
         b.slots.resize(b.routes.len() * hidden, 0.0);
         for (e, expert) in self.experts.iter().enumerate() {
@@ -477,7 +486,7 @@ impl SparseMoe {
                 let t = slot / k;
                 b.rows.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
             }
-            expert.forward(&b.rows, group.len(), &mut b.gate, &mut b.up, &mut b.out);
+            expert.forward(be, &b.rows, group.len(), &mut b.gate, &mut b.up, &mut b.out);
             for (&slot, y) in group.iter().zip(b.out.chunks_exact(hidden)) {
                 let w = b.routes[slot].1;
                 let dst = &mut b.slots[slot * hidden..(slot + 1) * hidden];
@@ -586,20 +595,21 @@ mod tests {
         let x: Vec<f32> = (0..m * hidden).map(|i| ((i * 7 % 23) as f32 - 11.0) / 7.0).collect();
         let mut b = MoeBuffers::default();
         let mut batch = vec![];
-        moe.forward(&x, m, &mut b, &mut batch);
+        let be = vllm_rs_kernels::backend::default();
+        moe.forward(be, &x, m, &mut b, &mut batch);
         // Per token: every expert's probability, the top k by a full sort, each expert alone.
         for t in 0..m {
             let row = &x[t * hidden..(t + 1) * hidden];
             let mut logits = vec![];
-            moe.gate.forward(row, 1, &mut logits);
-            ops::softmax(&mut logits);
+            moe.gate.forward(be, row, 1, &mut logits);
+            be.softmax(&mut logits);
             let mut idx: Vec<usize> = (0..n).collect();
             idx.sort_by(|a, b| logits[*b].total_cmp(&logits[*a]));
             let sum: f32 = idx[..k].iter().map(|&e| logits[e]).sum();
             let mut want = vec![0f32; hidden];
             let (mut g, mut u, mut y) = (vec![], vec![], vec![]);
             for &e in &idx[..k] {
-                moe.experts[e].forward(row, 1, &mut g, &mut u, &mut y);
+                moe.experts[e].forward(be, row, 1, &mut g, &mut u, &mut y);
                 want.iter_mut().zip(&y).for_each(|(w, y)| *w += logits[e] / sum * y);
             }
             let got = &batch[t * hidden..(t + 1) * hidden];
@@ -607,7 +617,7 @@ mod tests {
             assert!(err < 1e-5, "token {t}: grouped MoE differs from the per-token reference by {err}");
             // Alone, the token's output is bit-identical to its row in the batch.
             let mut alone = vec![];
-            moe.forward(row, 1, &mut b, &mut alone);
+            moe.forward(be, row, 1, &mut b, &mut alone);
             assert_eq!(alone, got, "token {t}: output depends on the other tokens in the batch");
         }
     }

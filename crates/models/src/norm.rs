@@ -4,7 +4,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::layers::RmsNorm;
-use vllm_rs_kernels::{ops, pool};
+use vllm_rs_kernels::Backend;
 
 /// `y = (x - mean(x)) / sqrt(var(x) + eps) * w + b` per row (torch's `nn.LayerNorm`).
 pub struct LayerNorm {
@@ -23,23 +23,9 @@ impl LayerNorm {
         })
     }
 
-    /// Normalizes one row in place. Mean and variance are summed in f64: one order for every
-    /// row (batch invariance) and closer to the exact value than any f32 order.
-    fn row(&self, x: &mut [f32]) {
-        let n = x.len() as f64;
-        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-        let inv = (1.0 / (var + self.eps as f64).sqrt()) as f32;
-        let mean = mean as f32;
-        for ((v, w), b) in x.iter_mut().zip(&self.weight).zip(&self.bias) {
-            *v = (*v - mean) * inv * w + b;
-        }
-    }
-
     /// Normalizes every `weight.len()`-sized row in place.
-    pub fn forward(&self, x: &mut [f32]) {
-        let d = self.weight.len();
-        pool::rows_mut(x, d, pool::min_rows(d), |_, rows| rows.chunks_exact_mut(d).for_each(|r| self.row(r)));
+    pub fn forward(&self, be: &dyn Backend, x: &mut [f32]) {
+        be.layer_norm_rows(x, &self.weight, Some(&self.bias), self.eps);
     }
 }
 
@@ -54,24 +40,24 @@ pub enum Norm {
 
 impl Norm {
     /// Normalizes every row of `x` in place.
-    pub fn forward(&self, x: &mut [f32]) {
+    pub fn forward(&self, be: &dyn Backend, x: &mut [f32]) {
         match self {
-            Norm::Rms(n) => n.forward(x),
-            Norm::Layer(n) => n.forward(x),
+            Norm::Rms(n) => n.forward(be, x),
+            Norm::Layer(n) => n.forward(be, x),
             Norm::Identity => {}
-            Norm::Scale(m) => x.iter_mut().for_each(|v| *v *= m),
+            Norm::Scale(m) => be.scale(x, *m),
         }
     }
 
     /// The residual add and this norm: `h += y`, then `x` = `h` normalized.
-    pub fn add_forward(&self, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
+    pub fn add_forward(&self, be: &dyn Backend, h: &mut [f32], y: &[f32], x: &mut Vec<f32>) {
         match self {
-            Norm::Rms(n) => n.add_forward(h, y, x),
+            Norm::Rms(n) => n.add_forward(be, h, y, x),
             Norm::Layer(_) | Norm::Identity | Norm::Scale(_) => {
-                ops::add_assign(h, y);
+                be.add_assign(h, y);
                 x.clear();
                 x.extend_from_slice(h);
-                self.forward(x);
+                self.forward(be, x);
             }
         }
     }

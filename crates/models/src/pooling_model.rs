@@ -10,6 +10,7 @@ use crate::gguf::GgufFile;
 use crate::model::{ForwardInput, Model, Workspace};
 use crate::pooling::PoolingConfig;
 use std::sync::Arc;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 
 /// What the pooling runner needs to know about the model.
@@ -47,6 +48,22 @@ pub struct PoolingWorkspace {
     positions: Vec<u32>,
     slots: Vec<usize>,
     tables: Vec<Vec<u32>>,
+}
+
+impl PoolingWorkspace {
+    /// An empty workspace whose passes run on `backend`.
+    pub fn on(backend: &'static dyn Backend) -> Self {
+        PoolingWorkspace {
+            encoder: EncoderWorkspace::on(backend),
+            decoder: Workspace::on(backend),
+            ..PoolingWorkspace::default()
+        }
+    }
+
+    /// The backend this workspace's passes run on.
+    pub fn backend(&self) -> &'static dyn Backend {
+        self.decoder.backend
+    }
 }
 
 /// Tokens per block of a decoder's scratch cache.

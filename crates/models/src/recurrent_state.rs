@@ -6,9 +6,9 @@
 use crate::batch::{ForwardBatch, SeqAttention};
 use crate::error::{Error, Result};
 use serde_json::Value;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::KvCache;
 use vllm_rs_kernels::pool;
-use vllm_rs_kernels::recurrent::causal_conv1d;
 
 /// Where request `s`'s state starts in a layer's states (`per_slot` values a slot); zeroed
 /// first when nothing was computed before this step.
@@ -26,11 +26,12 @@ pub fn saves_in<'a>(saves: &'a [(usize, u32)], s: &'a SeqAttention) -> impl Iter
     saves.iter().copied().filter(move |(r, _)| rows.contains(r))
 }
 
-/// [`causal_conv1d`] over request `s`'s rows of `x` (`channels` wide) with the convolution
+/// [`Backend::causal_conv1d`] over request `s`'s rows of `x` (`channels` wide) with the convolution
 /// window at `states[at..at + window]`, in pieces ending at the rows whose state is saved (the
 /// same bits as one piece), the window copied to the start of each snapshot slot.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_with_saves(
+    be: &dyn Backend,
     x: &mut [f32],
     channels: usize,
     (states, at, per_slot): (&mut [f32], usize, usize),
@@ -43,7 +44,7 @@ pub fn conv_with_saves(
     let mut from = s.query_start;
     let ends = saves_in(saves, s).map(|(r, slot)| (r + 1, Some(slot))).chain([(s.query_start + s.query_len, None)]);
     for (end, snapshot) in ends {
-        causal_conv1d(&mut x[from * channels..end * channels], &mut states[at..at + window], weight, kernel, row);
+        be.causal_conv1d(&mut x[from * channels..end * channels], &mut states[at..at + window], weight, kernel, row);
         if let Some(slot) = snapshot {
             states.copy_within(at..at + window, slot as usize * per_slot);
         }
@@ -53,7 +54,9 @@ pub fn conv_with_saves(
 
 /// The depthwise causal convolution of every request's rows of `x` (`channels` wide), each
 /// over the window at the start of its state slot in layer `layer` (see [`conv_with_saves`]).
+#[allow(clippy::too_many_arguments)]
 pub fn convolve_requests(
+    be: &dyn Backend,
     kv: &mut KvCache,
     layer: usize,
     batch: &ForwardBatch,
@@ -66,7 +69,7 @@ pub fn convolve_requests(
     let (states, per_slot) = kv.states_mut(layer);
     for s in seqs {
         let at = request_state(states, per_slot, s);
-        conv_with_saves(x, channels, (states, at, per_slot), weight, s, batch.state_saves, row);
+        conv_with_saves(be, x, channels, (states, at, per_slot), weight, s, batch.state_saves, row);
     }
 }
 

@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::layers::Linear;
 use crate::recurrent_state::convolve_requests;
 use vllm_rs_core::KvCacheSpec;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::KvCache;
 
 pub struct ShortConv {
@@ -48,8 +49,10 @@ impl ShortConv {
     }
 
     /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
+        be: &dyn Backend,
         x: &[f32],
         batch: &ForwardBatch,
         kv: &mut KvCache,
@@ -59,19 +62,19 @@ impl ShortConv {
     ) {
         let (n, h) = (batch.num_tokens(), self.hidden);
         let ShortConvBuffers { bcx, y, row } = ws;
-        self.in_proj.forward(x, n, bcx);
+        self.in_proj.forward(be, x, n, bcx);
         // y = B ⊙ x per token, then convolved in place, then gated by C.
         y.clear();
         for t in bcx.chunks_exact(3 * h) {
             y.extend(t[..h].iter().zip(&t[2 * h..]).map(|(b, x)| b * x));
         }
-        convolve_requests(kv, layer, batch, y, h, (&self.conv_weight, self.kernel), row);
+        convolve_requests(be, kv, layer, batch, y, h, (&self.conv_weight, self.kernel), row);
         for (yt, t) in y.chunks_exact_mut(h).zip(bcx.chunks_exact(3 * h)) {
             for (i, v) in yt.iter_mut().enumerate() {
                 let conv = *v + self.conv_bias.as_ref().map_or(0.0, |b| b[i]);
                 *v = t[h + i] * conv;
             }
         }
-        self.out_proj.forward(y, n, out);
+        self.out_proj.forward(be, y, n, out);
     }
 }

@@ -7,11 +7,12 @@
 //! so the top-2 margin is ≥ 1% of the largest |logit| at every step, far above the tolerance.
 //! The prompt is prefilled whole, one token at a time, and in chunks of 3, 7 and 16 (a block): chunking must not
 //! change a single bit (batch invariance). All prompts decoded side by side in one batch must
-//! give the same ids too.
+//! give the same ids too. And every backend this machine runs (the CPU tiers) must decode the
+//! same bits as the default one.
 
 mod common;
 
-use common::{first_mismatch, floats, greedy, greedy_batch, ids, rel_max_diff};
+use common::{first_mismatch, floats, greedy, greedy_batch, greedy_on, ids, rel_max_diff};
 use vllm_rs_testutil::{golden, test_data};
 
 /// f32 with another summation order than PyTorch: ~1e-6 relative is typical; 1e-4 leaves room
@@ -61,6 +62,17 @@ fn check_dir(dir: &str, arch: &str, class: &str) {
                 "{what}: prefill in chunks of {chunk} changed the logits (max rel diff {:.2e}); results must be \
                  bit-identical however the prompt is chunked",
                 rel_max_diff(&r.first_logits, &whole.first_logits)
+            );
+        }
+        for be in vllm_rs_kernels::backend::available() {
+            let r = greedy_on(be, lm.model.as_ref(), &prompt, n_new, usize::MAX);
+            assert!(
+                r.token_ids == whole.token_ids
+                    && r.first_logits == whole.first_logits
+                    && r.final_logits == whole.final_logits,
+                "{what}: backend {} decodes other bits than the default backend (max rel diff {:.2e})",
+                be.name(),
+                rel_max_diff(&r.final_logits, &whole.final_logits)
             );
         }
         prompts.push(prompt);

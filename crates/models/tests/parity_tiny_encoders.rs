@@ -1,7 +1,8 @@
 //! Tiny random encoders made by transformers (`scripts/make_tiny_encoders.py`): our last hidden
 //! states (bare encoders) and classification logits (heads) against transformers float32, one
 //! sequence at a time and all in one batch (bit-identical); token type ids of text pairs; a
-//! padding id inside a sequence (RoBERTa/MPNet positions skip it).
+//! padding id inside a sequence (RoBERTa/MPNet positions skip it). The batch runs on every
+//! backend this machine has, which must give the same bits.
 
 use vllm_rs_models::PoolingWorkspace;
 use vllm_rs_testutil::{golden, test_data};
@@ -37,7 +38,7 @@ fn check(name: &str) {
         let got = match &enc.classifier {
             Some(head) => {
                 let (mut scratch, mut logits) = (Vec::new(), Vec::new());
-                head.logits(&h[..d], 1, &mut scratch, &mut logits);
+                head.logits(ws.backend(), &h[..d], 1, &mut scratch, &mut logits);
                 logits
             }
             None => h.clone(),
@@ -50,9 +51,16 @@ fn check(name: &str) {
         all_types.extend(types);
         alone_outs.push(h);
     }
-    let mut ws = PoolingWorkspace::default();
-    let batch = enc.forward(&all_ids, Some(&all_types), &lens, &mut ws);
-    assert_eq!(batch, alone_outs.concat().as_slice(), "{name}: batch differs from sequences alone");
+    for be in vllm_rs_kernels::backend::available() {
+        let mut ws = PoolingWorkspace::on(be);
+        let batch = enc.forward(&all_ids, Some(&all_types), &lens, &mut ws);
+        assert_eq!(
+            batch,
+            alone_outs.concat().as_slice(),
+            "{name}: batch on {} differs from sequences alone",
+            be.name()
+        );
+    }
 }
 
 #[test]

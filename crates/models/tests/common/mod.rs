@@ -3,8 +3,9 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use serde_json::Value;
+use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
-use vllm_rs_models::{ForwardBatch, GroupBatch, Model};
+use vllm_rs_models::{ForwardBatch, GroupBatch, Model, Workspace};
 
 /// Tokens per cache block in these tests: small, so sequences span several blocks.
 pub const BLOCK_SIZE: usize = 16;
@@ -54,6 +55,19 @@ fn state_slots(n: usize) -> Vec<[u32; 1]> {
 /// Greedy-decodes `n_new` tokens after `prompt` (EOS ignored). The prompt is prefilled in chunks of
 /// `prefill_chunk` tokens (`usize::MAX`: all at once), then one token per step.
 pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: usize) -> Greedy {
+    greedy_on(vllm_rs_kernels::backend::default(), model, prompt, n_new, prefill_chunk)
+}
+
+/// [`greedy`] with every op on backend `be`.
+pub fn greedy_on(
+    be: &'static dyn Backend,
+    model: &dyn Model,
+    prompt: &[u32],
+    n_new: usize,
+    prefill_chunk: usize,
+) -> Greedy {
+    let mut ws = Workspace::on(be);
+    let mut logits = Vec::new();
     assert!(!prompt.is_empty() && n_new > 0);
     let vocab = model.info().vocab_size;
     let blocks = (prompt.len() + n_new).div_ceil(BLOCK_SIZE);
@@ -81,7 +95,7 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
             logits_indices: &last,
             state_saves: &[],
         };
-        let logits = model.logits(&batch, &mut kv);
+        model.forward_with(&batch, &mut kv, &mut ws, &mut logits);
         assert_eq!(logits.len(), vocab);
         done = end;
         if done < prompt.len() {
@@ -91,7 +105,7 @@ pub fn greedy(model: &dyn Model, prompt: &[u32], n_new: usize, prefill_chunk: us
         if out.token_ids.is_empty() {
             out.first_logits = logits.clone();
         }
-        out.final_logits = logits;
+        out.final_logits = logits.clone();
         ids.push(next);
         out.token_ids.push(next);
     }
