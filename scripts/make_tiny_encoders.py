@@ -7,9 +7,10 @@ the parity oracle for the encoder architectures and heads served as pooling mode
     -> tests/goldens/tiny-encoders/<name>.json
 
 Every parameter is redrawn from a fixed seed (matrices ~ N(0, 0.2), norm weights 1 + noise,
-biases noise: a missing bias or norm would show). Each golden holds a few sequences of token
-ids (random, one with the padding id inside, which RoBERTa/MPNet position numbering skips),
-optional token type ids (a pair), and transformers' `last_hidden_state` (bare encoders) or
+biases noise: a missing bias or norm would show). ModernBERT has 4 layers (every 3rd global:
+layers 0 and 3) and a local window of +-4 tokens, which the longer inputs exceed.
+Each golden holds a few sequences of token ids (random, one with the padding id inside, which
+RoBERTa/MPNet position numbering skips), optional token type ids (a pair), and transformers' `last_hidden_state` (bare encoders) or
 logits (sequence classification heads), one forward per sequence, no padding.
 Needs scripts/requirements-goldens.txt.
 """
@@ -23,6 +24,10 @@ import transformers
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMON = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=48, max_position_embeddings=66, hidden_act='gelu')
+MODERNBERT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                  intermediate_size=48, max_position_embeddings=66, global_attn_every_n_layers=3,
+                  local_attention=8, global_rope_theta=160000.0, local_rope_theta=10000.0,
+                  pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
 # name: (model class, config class, seed, extra config)
 ARCHS = {
     'bert': ('BertModel', 'BertConfig', 301, dict(type_vocab_size=2, pad_token_id=0)),
@@ -34,7 +39,16 @@ ARCHS = {
                       id2label={0: 'neg', 1: 'neutral', 2: 'pos'}, label2id={'neg': 0, 'neutral': 1, 'pos': 2})),
     'xlm_roberta_cls': ('XLMRobertaForSequenceClassification', 'XLMRobertaConfig', 306,
                         dict(type_vocab_size=1, pad_token_id=1, num_labels=1)),
+    # As the Hub's checkpoints: no biases, exact GELU, CLS pooling in the head.
+    'modernbert': ('ModernBertModel', 'ModernBertConfig', 307, {}),
+    # Every optional bias on, tanh GELU, a ReLU head over the mean of the tokens.
+    'modernbert_cls': ('ModernBertForSequenceClassification', 'ModernBertConfig', 308,
+                       dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
+                            hidden_activation='gelu_pytorch_tanh', classifier_activation='relu',
+                            classifier_pooling='mean', num_labels=3)),
 }
+# The heads the server tests use (their tokenizer and answers).
+SERVED = ['bert_cls', 'xlm_roberta_cls']
 LENS = [1, 5, 17, 40, 64]
 # Texts the server tests send to the heads (tokenized by the tiny tokenizer below).
 TEXTS = ['the cat sat', 'a dog ran far away', 'xyz', 'quiet blue sea and sky']
@@ -85,7 +99,8 @@ def server_golden(name, model, out):
 
 def make(name):
     cls_name, config_cls, seed, extra = ARCHS[name]
-    config = getattr(transformers, config_cls)(**dict(COMMON, **extra))
+    base = MODERNBERT if config_cls == 'ModernBertConfig' else COMMON
+    config = getattr(transformers, config_cls)(**dict(base, **extra))
     config.architectures = [cls_name]
     torch.manual_seed(seed)
     model = getattr(transformers, cls_name)(config).float().eval()
@@ -93,7 +108,8 @@ def make(name):
     with torch.no_grad():
         for pname, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if 'LayerNorm' in pname and pname.endswith('.weight'):
+            is_norm = 'LayerNorm' in pname or pname.split('.')[-2].endswith('norm')
+            if is_norm and pname.endswith('.weight'):
                 p.copy_(1.0 + 0.2 * noise)
             else:
                 p.copy_(0.2 * noise)
@@ -123,7 +139,7 @@ def make(name):
         cases.append(case)
     g = {'arch': cls_name, 'versions': {'torch': torch.__version__, 'transformers': transformers.__version__},
          'cases': cases}
-    if name.endswith('_cls'):
+    if name in SERVED:
         g['server'] = server_golden(name, model, out)
     gdir = os.path.join(REPO, 'tests', 'goldens', 'tiny-encoders')
     os.makedirs(gdir, exist_ok=True)

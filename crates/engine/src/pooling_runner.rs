@@ -174,17 +174,14 @@ fn run_batch(model: &PoolingModel, batch: Vec<(PoolingInput, Reply)>, ws: &mut P
     let be = ws.backend();
     let hidden = model.forward(&ids, types.as_deref(), &lens, ws);
     let mut start = 0;
-    let (mut cls, mut scratch, mut logits) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut scratch, mut logits) = (Vec::new(), Vec::new());
     for ((input, reply), len) in batch.into_iter().zip(&lens) {
         let rows = &hidden[start * d..(start + len) * d];
         start += len;
         let mut v = Vec::with_capacity(d);
         match (input.task, &model.classifier) {
             (PoolingTask::Classify, Some(head)) => {
-                // One row at a time: a sequence's logits never depend on its batch.
-                cls.clear();
-                cls.extend_from_slice(&rows[..d]);
-                head.logits(be, &cls, 1, &mut scratch, &mut logits);
+                head.logits(be, rows, &mut scratch, &mut logits);
                 v.extend_from_slice(&logits);
             }
             _ => model.pooling.pooling_type.pool(rows, d, &mut v),

@@ -12,7 +12,7 @@
 //! its callers' buffer types, not to the arithmetic of each layer.
 
 use crate::attention::{AttentionParams, KvCache, SeqAttention, paged_attention_on};
-use crate::encoder_attention::{EncoderAttentionParams, RelativeBias, encoder_attention};
+use crate::encoder_attention::{EncoderAttentionParams, RelativeBias, encoder_attention_on};
 use crate::isa::Tier;
 use crate::ops::{self, Activation, RopeTable};
 use crate::weight::Weight;
@@ -303,7 +303,7 @@ impl Backend for Cpu {
         bias: Option<RelativeBias>,
         out: &mut [f32],
     ) {
-        encoder_attention(self.tier, q, k, v, seq_lens, p, bias, out)
+        encoder_attention_on(self.tier, q, k, v, seq_lens, p, bias, out)
     }
 
     fn gated_delta_step(

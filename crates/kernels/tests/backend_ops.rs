@@ -194,7 +194,7 @@ fn paged_and_encoder_attention() {
         be.paged_attention(&q, &kv, 0, &seqs, &params, &mut out);
         out
     });
-    let ep = EncoderAttentionParams { num_heads: heads, head_dim: hd, scale: 0.25 };
+    let ep = EncoderAttentionParams { num_heads: heads, head_dim: hd, scale: 0.25, window: Some(2) };
     let (lens, width) = ([3usize, 6], heads * hd);
     let (q, k, v) = (rand_vec(9 * width, 6), rand_vec(9 * width, 7), rand_vec(9 * width, 8));
     let bias = rand_vec(heads * 11, 9);

@@ -47,7 +47,7 @@ pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<Encod
         let pad = config.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1);
         Positions::AfterPadding { padding_idx: pad as u32 }
     };
-    let prefix = tensor_prefix(ck, &["bert.", "roberta."]);
+    let prefix = tensor_prefix(ck, &["bert.", "roberta."], "embeddings.word_embeddings.weight");
     let type_vocab = config.get("type_vocab_size").and_then(Value::as_u64).unwrap_or(2) as usize;
     let token_type =
         ck.matrix(&format!("{prefix}embeddings.token_type_embeddings.weight"), type_vocab, c.hidden_size)?;

@@ -1,6 +1,9 @@
-//! The encoder-only transformer of BERT, RoBERTa/XLM-R and MPNet: embeddings (+ positions,
-//! token type 0) → LayerNorm → post-norm layers (bidirectional attention, GELU feed-forward)
-//! → hidden states of every token. No KV cache: each call runs whole sequences.
+//! The encoder-only transformer of BERT, RoBERTa/XLM-R, MPNet and ModernBERT: embeddings
+//! (+ learned positions, token type 0) → LayerNorm → layers of bidirectional attention and a
+//! feed-forward → hidden states of every token. BERT's family is post-norm with a plain GELU
+//! feed-forward; ModernBERT is pre-norm with rotary positions, a GLU feed-forward, sliding
+//! window layers and a final norm (the options below). No KV cache: each call runs whole
+//! sequences.
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -13,6 +16,7 @@ use serde_json::Value;
 use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::Weight;
 use vllm_rs_kernels::encoder_attention::{EncoderAttentionParams, RelativeBias};
+use vllm_rs_kernels::ops::RopeTable;
 
 /// How a token's position row is found.
 #[derive(Clone, Copy, Debug)]
@@ -94,32 +98,58 @@ impl RelativePositionBias {
     }
 }
 
+/// Where a layer's norms sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPlacement {
+    /// `h = norm(h + f(h))` (BERT, RoBERTa, MPNet).
+    Post,
+    /// `h = h + f(norm(h))` (ModernBERT).
+    Pre,
+}
+
 pub struct EncoderLayer {
     pub q: Linear,
     pub k: Linear,
     pub v: Linear,
     pub o: Linear,
-    /// After the attention's residual add.
-    pub attn_norm: LayerNorm,
+    /// The attention half's norm; `None` is the identity (ModernBERT's first layer, whose input
+    /// is the already normalized embeddings).
+    pub attn_norm: Option<LayerNorm>,
     pub up: Linear,
+    /// A GLU feed-forward's second half: `down(act(up(x)) · gate(x))` (ModernBERT's `Wi` is
+    /// `up` and `gate` stacked); `None` is `down(act(up(x)))`.
+    pub gate: Option<Linear>,
     pub down: Linear,
-    /// After the feed-forward's residual add.
-    pub out_norm: LayerNorm,
+    /// The feed-forward half's norm.
+    pub ffn_norm: LayerNorm,
+    /// Attend only to keys within this distance (ModernBERT's local layers).
+    pub window: Option<usize>,
+    /// Rotary positions on q and k: the index of the model's inverse frequencies to use.
+    pub rope: Option<usize>,
 }
 
 pub struct EncoderModel {
     pub info: PoolingInfo,
     pub word_embeddings: Embedding,
-    pub position_embeddings: Weight,
+    /// The learned position table; `None` where positions are rotary (ModernBERT).
+    pub position_embeddings: Option<Weight>,
+    /// How a token's position is numbered (rows of the table, or rotary positions).
     pub positions: Positions,
     /// The token type (segment) table: row 0 for a single text, row 1 for the second text of
     /// a pair (BERT); models without one (MPNet) add nothing.
     pub token_type: Option<Weight>,
     pub embed_norm: LayerNorm,
+    pub norms: NormPlacement,
     pub layers: Vec<EncoderLayer>,
+    /// The attention's shape (a layer's own `window` replaces the one here).
     pub attention: EncoderAttentionParams,
     pub act: Activation,
     pub relative_bias: Option<RelativePositionBias>,
+    /// The rotary inverse frequencies the layers' `rope` indices name (ModernBERT: global and
+    /// local bases).
+    pub rotary: Vec<Vec<f32>>,
+    /// After the last layer (pre-norm models).
+    pub final_norm: Option<LayerNorm>,
 }
 
 /// Scratch of one encoder forward, kept by the caller between calls, and the backend it runs on.
@@ -132,6 +162,11 @@ pub struct EncoderWorkspace {
     attn: Vec<f32>,
     y: Vec<f32>,
     inner: Vec<f32>,
+    gate: Vec<f32>,
+    /// A pre-norm layer's normalized input.
+    x: Vec<f32>,
+    positions: Vec<u32>,
+    ropes: Vec<RopeTable>,
     rows: Vec<u32>,
     row: Vec<f32>,
     bias: Vec<f32>,
@@ -150,6 +185,10 @@ impl EncoderWorkspace {
             attn: v(),
             y: v(),
             inner: v(),
+            gate: v(),
+            x: v(),
+            positions: vec![],
+            ropes: vec![],
             rows: vec![],
             row: v(),
             bias: v(),
@@ -185,20 +224,25 @@ impl EncoderModel {
                 max_position_embeddings: c.max_position_embeddings.saturating_sub(positions.offset()),
             },
             word_embeddings: Embedding { weight: ck.matrix(&e("word_embeddings.weight"), c.vocab_size, d)? },
-            position_embeddings: ck.matrix(&e("position_embeddings.weight"), c.max_position_embeddings, d)?,
+            position_embeddings: Some(ck.matrix(&e("position_embeddings.weight"), c.max_position_embeddings, d)?),
             positions,
             token_type: None,
             embed_norm: LayerNorm::load(ck, &e("LayerNorm"), d, c.layer_norm_eps)?,
+            norms: NormPlacement::Post,
             layers: load_layers(ck, prefix, c, names)?,
             attention: c.attention(),
             act: c.activation()?,
             relative_bias: None,
+            rotary: Vec::new(),
+            final_norm: None,
         })
     }
 
     /// Runs sequences (`ids` holds them one after another, lengths `seq_lens`) through the
     /// encoder; returns the last hidden state of every token (`tokens × hidden_size`).
-    /// `type_ids`: the token type of every token (text pairs); `None` is type 0 throughout.
+    /// `type_ids`: the token type of every token (text pairs); `None` is type 0 throughout. A
+    /// model without a token type table ignores them, as transformers does (ModernBERT takes
+    /// none, whatever its tokenizer's pair template says).
     pub fn forward<'w>(
         &self,
         ids: &[u32],
@@ -208,32 +252,56 @@ impl EncoderModel {
     ) -> &'w [f32] {
         assert_eq!(ids.len(), seq_lens.iter().sum::<usize>(), "one id per token");
         assert!(type_ids.is_none_or(|t| t.len() == ids.len()), "one type id per token");
-        let types = self.token_type.as_ref().map_or(1, |t| t.rows);
-        assert!(type_ids.is_none_or(|t| t.iter().all(|&ty| (ty as usize) < types)), "type ids below {types}");
+        if let (Some(table), Some(t)) = (&self.token_type, type_ids) {
+            assert!(t.iter().all(|&ty| (ty as usize) < table.rows), "type ids below {}", table.rows);
+        }
         let n = ids.len();
-        let be = ws.backend;
+        let (be, width, head_dim) = (ws.backend, self.info.hidden_size, self.attention.head_dim);
         self.embed(be, ids, type_ids, seq_lens, ws);
         let bias = self.relative_bias.as_ref().map(|rb| {
             let span = seq_lens.iter().copied().max().unwrap_or(1).max(1);
             rb.fill(self.attention.num_heads, span, &mut ws.bias);
             span
         });
+        ws.ropes.resize_with(self.rotary.len(), RopeTable::default);
+        for (table, inv_freq) in ws.ropes.iter_mut().zip(&self.rotary) {
+            table.fill(inv_freq, &ws.positions);
+        }
         for layer in &self.layers {
-            Linear::forward_many(be, [&layer.q, &layer.k, &layer.v], &ws.h, n, [&mut ws.q, &mut ws.k, &mut ws.v]);
+            let x = sublayer_input(be, self.norms, layer.attn_norm.as_ref(), &ws.h, &mut ws.x);
+            Linear::forward_many(be, [&layer.q, &layer.k, &layer.v], x, n, [&mut ws.q, &mut ws.k, &mut ws.v]);
+            if let Some(r) = layer.rope {
+                be.rope_rows(&mut ws.q, width, head_dim, &ws.ropes[r], false);
+                be.rope_rows(&mut ws.k, width, head_dim, &ws.ropes[r], false);
+            }
             ws.attn.resize(ws.q.len(), 0.0);
             let rb = bias.map(|span| RelativeBias { values: &ws.bias, span });
-            be.encoder_attention(&ws.q, &ws.k, &ws.v, seq_lens, &self.attention, rb, &mut ws.attn);
+            let p = EncoderAttentionParams { window: layer.window, ..self.attention };
+            be.encoder_attention(&ws.q, &ws.k, &ws.v, seq_lens, &p, rb, &mut ws.attn);
             layer.o.forward(be, &ws.attn, n, &mut ws.y);
-            add_norm(be, &layer.attn_norm, &mut ws.h, &ws.y);
-            layer.up.forward(be, &ws.h, n, &mut ws.inner);
-            be.activation(self.act, &mut ws.inner);
+            residual(be, self.norms, layer.attn_norm.as_ref(), &mut ws.h, &ws.y);
+            let x = sublayer_input(be, self.norms, Some(&layer.ffn_norm), &ws.h, &mut ws.x);
+            match &layer.gate {
+                None => {
+                    layer.up.forward(be, x, n, &mut ws.inner);
+                    be.activation(self.act, &mut ws.inner);
+                }
+                Some(gate) => {
+                    Linear::forward_many(be, [&layer.up, gate], x, n, [&mut ws.inner, &mut ws.gate]);
+                    be.gated_activation(self.act, &mut ws.inner, &ws.gate);
+                }
+            }
             layer.down.forward(be, &ws.inner, n, &mut ws.y);
-            add_norm(be, &layer.out_norm, &mut ws.h, &ws.y);
+            residual(be, self.norms, Some(&layer.ffn_norm), &mut ws.h, &ws.y);
+        }
+        if let Some(norm) = &self.final_norm {
+            norm.forward(be, &mut ws.h);
         }
         &ws.h
     }
 
-    /// `h = LayerNorm(word + position (+ token type))` for every token.
+    /// `h = LayerNorm(word (+ position) (+ token type))` for every token; leaves the tokens'
+    /// positions in `ws.positions` (for rotary layers).
     fn embed(
         &self,
         be: &dyn Backend,
@@ -243,14 +311,16 @@ impl EncoderModel {
         ws: &mut EncoderWorkspace,
     ) {
         self.word_embeddings.forward(be, ids, 1.0, &mut ws.h);
-        ws.rows.clear();
+        ws.positions.clear();
         let mut start = 0;
         for &len in seq_lens {
-            self.positions.rows(&ids[start..start + len], &mut ws.rows);
+            self.positions.rows(&ids[start..start + len], &mut ws.positions);
             start += len;
         }
-        be.embedding(&self.position_embeddings, &ws.rows, 1.0, &mut ws.row);
-        be.add_assign(&mut ws.h, &ws.row);
+        if let Some(table) = &self.position_embeddings {
+            be.embedding(table, &ws.positions, 1.0, &mut ws.row);
+            be.add_assign(&mut ws.h, &ws.row);
+        }
         if let Some(table) = &self.token_type {
             ws.rows.clear();
             ws.rows.extend((0..ids.len()).map(|t| type_ids.map_or(0, |ty| ty[t])));
@@ -303,7 +373,8 @@ impl EncoderConfig {
 
     pub fn attention(&self) -> EncoderAttentionParams {
         let head_dim = self.hidden_size / self.num_attention_heads;
-        EncoderAttentionParams { num_heads: self.num_attention_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() }
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        EncoderAttentionParams { num_heads: self.num_attention_heads, head_dim, scale, window: None }
     }
 }
 
@@ -330,25 +401,50 @@ pub fn load_layers(ck: &Checkpoint, prefix: &str, c: &EncoderConfig, names: &Lay
                 k: Linear::load(ck, &p(names.k), d, d, true)?,
                 v: Linear::load(ck, &p(names.v), d, d, true)?,
                 o: Linear::load(ck, &p(names.o), d, d, true)?,
-                attn_norm: LayerNorm::load(ck, &p(names.attn_norm), d, c.layer_norm_eps)?,
+                attn_norm: Some(LayerNorm::load(ck, &p(names.attn_norm), d, c.layer_norm_eps)?),
                 up: Linear::load(ck, &p(names.up), inter, d, true)?,
+                gate: None,
                 down: Linear::load(ck, &p(names.down), d, inter, true)?,
-                out_norm: LayerNorm::load(ck, &p(names.out_norm), d, c.layer_norm_eps)?,
+                ffn_norm: LayerNorm::load(ck, &p(names.out_norm), d, c.layer_norm_eps)?,
+                window: None,
+                rope: None,
             })
         })
         .collect()
 }
 
-/// The prefix a checkpoint puts before `embeddings.` (none for a bare `BertModel`; `bert.`,
-/// `roberta.`, `mpnet.` when saved from a model with a head).
-pub fn tensor_prefix(ck: &Checkpoint, candidates: &[&'static str]) -> &'static str {
-    candidates.iter().copied().find(|p| ck.contains(&format!("{p}embeddings.word_embeddings.weight"))).unwrap_or("")
+/// The prefix a checkpoint puts before its tensors, found by the one named `probe` (none for
+/// a bare `BertModel`; `bert.`, `roberta.`, `mpnet.`, `model.` when saved from a model with a
+/// head).
+pub fn tensor_prefix(ck: &Checkpoint, candidates: &[&'static str], probe: &str) -> &'static str {
+    candidates.iter().copied().find(|p| ck.contains(&format!("{p}{probe}"))).unwrap_or("")
 }
 
-/// `h = norm(h + y)` (post-norm residual).
-fn add_norm(be: &dyn Backend, norm: &LayerNorm, h: &mut [f32], y: &[f32]) {
+/// What a sub-layer reads: `h` itself (post-norm, or no norm), else `h` normalized into `x`.
+fn sublayer_input<'a>(
+    be: &dyn Backend,
+    placement: NormPlacement,
+    norm: Option<&LayerNorm>,
+    h: &'a [f32],
+    x: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    match (placement, norm) {
+        (NormPlacement::Pre, Some(norm)) => {
+            x.clear();
+            x.extend_from_slice(h);
+            norm.forward(be, x);
+            x
+        }
+        _ => h,
+    }
+}
+
+/// The residual add of a sub-layer's output `y`, then (post-norm) its norm.
+fn residual(be: &dyn Backend, placement: NormPlacement, norm: Option<&LayerNorm>, h: &mut [f32], y: &[f32]) {
     be.add_assign(h, y);
-    norm.forward(be, h);
+    if let (NormPlacement::Post, Some(norm)) = (placement, norm) {
+        norm.forward(be, h);
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ pub mod mixtral;
 pub mod mla;
 pub mod mlp;
 pub mod model;
+pub mod modernbert;
 pub mod moe;
 pub mod mpnet;
 pub mod nemotron_h;
@@ -102,7 +103,7 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
 
 /// The encoder classes `load_encoder` builds.
 pub fn encoder_classes() -> Vec<&'static str> {
-    bert::CLASSES.iter().chain(mpnet::CLASSES.iter()).copied().collect()
+    bert::CLASSES.iter().chain(&mpnet::CLASSES).chain(&modernbert::CLASSES).copied().collect()
 }
 
 /// Whether `path` is a model folder whose `config.json` names an encoder class.
@@ -113,17 +114,19 @@ pub fn is_encoder(path: &Path) -> bool {
             .is_ok_and(|a| encoder_classes().contains(&a.as_str()))
 }
 
-/// Loads an encoder (BERT, RoBERTa, XLM-R, MPNet) from an HF folder, with its
+/// Loads an encoder (BERT, RoBERTa, XLM-R, MPNet, ModernBERT) from an HF folder, with its
 /// sentence-transformers pooling (CLS and normalization when the folder has none, as vLLM).
 pub fn load_encoder(path: &Path) -> Result<PoolingModel> {
     let cfg_path = path.join("config.json");
     let config = config::read_config(path)?;
     let arch = config::architecture(&config).map_err(|e| Error::file(&cfg_path, e.to_string()))?;
-    let ck = Checkpoint::from_safetensors_dir(path)?;
+    let mut ck = Checkpoint::from_safetensors_dir(path)?;
     let model = if bert::CLASSES.contains(&arch.as_str()) {
         bert::load(&ck, &config, &arch)
     } else if mpnet::CLASSES.contains(&arch.as_str()) {
         mpnet::load(&ck, &config, &arch)
+    } else if modernbert::CLASSES.contains(&arch.as_str()) {
+        modernbert::load(&mut ck, &config, &arch)
     } else {
         Err(Error::msg(format!("{arch} is not an encoder; encoders: {}", encoder_classes().join(", "))))
     }

@@ -28,7 +28,7 @@ const MAX_DISTANCE: usize = 128;
 pub fn load(ck: &Checkpoint, config: &Value, architecture: &str) -> Result<EncoderModel> {
     let c = EncoderConfig::parse(config)?;
     let positions = Positions::AfterPadding { padding_idx: 1 };
-    let prefix = tensor_prefix(ck, &["mpnet."]);
+    let prefix = tensor_prefix(ck, &["mpnet."], "embeddings.word_embeddings.weight");
     let buckets = config.get("relative_attention_num_buckets").and_then(Value::as_u64).unwrap_or(32) as usize;
     if buckets < NUM_BUCKETS {
         return Err(Error::msg(format!(

@@ -6,26 +6,32 @@ use crate::error::Result;
 use crate::layers::RmsNorm;
 use vllm_rs_kernels::Backend;
 
-/// `y = (x - mean(x)) / sqrt(var(x) + eps) * w + b` per row (torch's `nn.LayerNorm`).
+/// `y = (x - mean(x)) / sqrt(var(x) + eps) * w (+ b)` per row (torch's `nn.LayerNorm`; the
+/// bias is optional, as `bias=False` in torch: ModernBERT's `norm_bias`).
 pub struct LayerNorm {
     pub weight: Vec<f32>,
-    pub bias: Vec<f32>,
+    pub bias: Option<Vec<f32>>,
     pub eps: f32,
 }
 
 impl LayerNorm {
     /// Loads `{name}.weight` and `{name}.bias`.
     pub fn load(ck: &Checkpoint, name: &str, dim: usize, eps: f32) -> Result<Self> {
+        LayerNorm::load_with(ck, name, dim, eps, true)
+    }
+
+    /// Loads `{name}.weight` and, if `bias`, `{name}.bias`.
+    pub fn load_with(ck: &Checkpoint, name: &str, dim: usize, eps: f32, bias: bool) -> Result<Self> {
         Ok(LayerNorm {
             weight: ck.vector(&format!("{name}.weight"), dim)?,
-            bias: ck.vector(&format!("{name}.bias"), dim)?,
+            bias: if bias { Some(ck.vector(&format!("{name}.bias"), dim)?) } else { None },
             eps,
         })
     }
 
     /// Normalizes every `weight.len()`-sized row in place.
     pub fn forward(&self, be: &dyn Backend, x: &mut [f32]) {
-        be.layer_norm_rows(x, &self.weight, Some(&self.bias), self.eps);
+        be.layer_norm_rows(x, &self.weight, self.bias.as_deref(), self.eps);
     }
 }
 

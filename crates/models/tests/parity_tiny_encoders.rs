@@ -1,8 +1,9 @@
 //! Tiny random encoders made by transformers (`scripts/make_tiny_encoders.py`): our last hidden
 //! states (bare encoders) and classification logits (heads) against transformers float32, one
 //! sequence at a time and all in one batch (bit-identical); token type ids of text pairs; a
-//! padding id inside a sequence (RoBERTa/MPNet positions skip it). The batch runs on every
-//! backend this machine has, which must give the same bits.
+//! padding id inside a sequence (RoBERTa/MPNet positions skip it); ModernBERT's sliding window
+//! layers on inputs longer than the window. The batch runs on every backend this machine has,
+//! which must give the same bits.
 
 use vllm_rs_models::PoolingWorkspace;
 use vllm_rs_testutil::{golden, test_data};
@@ -23,11 +24,12 @@ fn rel_diff(got: &[f32], want: &[f32]) -> f32 {
 }
 
 fn check(name: &str) {
-    let enc = vllm_rs_models::load_encoder(&test_data(&format!("data/tiny-encoders/{name}")))
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let dir = test_data(&format!("data/tiny-encoders/{name}"));
+    // What `serve` asks to pick the pooling runner.
+    assert!(vllm_rs_models::is_encoder(&dir), "{name} is not taken for an encoder");
+    let enc = vllm_rs_models::load_encoder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
     let g = golden(&format!("tiny-encoders/{name}.json"));
     let cases = g["cases"].as_array().unwrap();
-    let d = enc.info.hidden_size;
     let (mut all_ids, mut all_types, mut lens) = (Vec::new(), Vec::new(), Vec::new());
     let mut alone_outs = Vec::new();
     for (i, c) in cases.iter().enumerate() {
@@ -38,7 +40,7 @@ fn check(name: &str) {
         let got = match &enc.classifier {
             Some(head) => {
                 let (mut scratch, mut logits) = (Vec::new(), Vec::new());
-                head.logits(ws.backend(), &h[..d], 1, &mut scratch, &mut logits);
+                head.logits(ws.backend(), &h, &mut scratch, &mut logits);
                 logits
             }
             None => h.clone(),
@@ -83,6 +85,13 @@ fn mpnet() {
     check("mpnet");
 }
 
+/// Pre-norm, rotary, GLU, no biases; layers 1 and 2 attend within ±4 tokens, which the
+/// longer cases exceed.
+#[test]
+fn modernbert() {
+    check("modernbert");
+}
+
 #[test]
 fn bert_sequence_classification() {
     check("bert_cls");
@@ -91,6 +100,12 @@ fn bert_sequence_classification() {
 #[test]
 fn xlm_roberta_sequence_classification() {
     check("xlm_roberta_cls");
+}
+
+/// Every optional bias, tanh GELU, and a ReLU head over the mean of the tokens.
+#[test]
+fn modernbert_sequence_classification() {
+    check("modernbert_cls");
 }
 
 /// A decoder run as a pooling model (`--runner pooling`): the final hidden states of whole
@@ -113,4 +128,16 @@ fn qwen3_as_a_pooling_model() {
     }
     let mut ws = PoolingWorkspace::default();
     assert_eq!(m.forward(&all, None, &lens, &mut ws), alone.concat().as_slice());
+}
+
+/// A model without a token type table (ModernBERT) ignores the type ids a tokenizer's pair
+/// template gives (the cross-encoder `/score` path sends them), as transformers never feeds them.
+#[test]
+fn modernbert_ignores_token_types() {
+    let enc = vllm_rs_models::load_encoder(&test_data("data/tiny-encoders/modernbert_cls")).unwrap();
+    let ids = [1, 17, 33, 2, 50, 61, 2];
+    let types = [0, 0, 0, 0, 1, 1, 1];
+    let mut ws = PoolingWorkspace::default();
+    let plain = enc.forward(&ids, None, &[ids.len()], &mut ws).to_vec();
+    assert_eq!(enc.forward(&ids, Some(&types), &[ids.len()], &mut ws), plain.as_slice());
 }
