@@ -91,7 +91,7 @@ async fn request_id_header(req: Request, next: Next) -> Response {
     let given = req.headers().get("x-request-id").cloned();
     let mut resp = next.run(req).await;
     let id = given.unwrap_or_else(|| {
-        HeaderValue::from_str(&format!("{:032x}", rand::random::<u128>())).expect("hex is a valid header value")
+        HeaderValue::from_str(&crate::protocol::common::random_hex()).expect("hex is a valid header value")
     });
     resp.headers_mut().insert("x-request-id", id);
     resp

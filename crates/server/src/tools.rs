@@ -47,7 +47,7 @@ impl ToolCall {
 
 /// vLLM's `chatcmpl-tool-<random hex>`.
 pub fn tool_call_id() -> String {
-    format!("chatcmpl-tool-{:032x}", rand::random::<u128>())
+    format!("chatcmpl-tool-{}", crate::protocol::common::random_hex())
 }
 
 /// `json.dumps(value, ensure_ascii=False)`: how vLLM writes parsed arguments back as text.

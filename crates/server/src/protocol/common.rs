@@ -61,11 +61,16 @@ pub fn include_usage(opts: Option<&StreamOptions>, force: bool) -> (bool, bool) 
     (usage, usage && o.continuous_usage_stats.unwrap_or(false))
 }
 
+/// 128 random bits as 32 hex digits: the random part of every id the server makes.
+pub fn random_hex() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// `cmpl-…` / `chatcmpl-…` ids: the client's `request_id` when given, else random hex.
 pub fn request_id(prefix: &str, given: Option<&str>) -> String {
     match given {
         Some(id) if !id.is_empty() => format!("{prefix}-{id}"),
-        _ => format!("{prefix}-{:032x}", rand::random::<u128>()),
+        _ => format!("{prefix}-{}", random_hex()),
     }
 }
 

@@ -21,7 +21,7 @@ pub struct ModelPermission {
 impl ModelPermission {
     pub fn new(created: u64) -> Self {
         ModelPermission {
-            id: format!("modelperm-{:032x}", rand::random::<u128>()),
+            id: format!("modelperm-{}", super::common::random_hex()),
             object: "model_permission",
             created,
             allow_create_engine: false,

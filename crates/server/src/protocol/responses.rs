@@ -240,7 +240,7 @@ fn response_format(f: &Map<String, Value>) -> ApiResult<Option<Value>> {
 
 /// `<prefix>_<random hex>`: the ids of output items.
 pub fn item_id(prefix: &str) -> String {
-    format!("{prefix}_{:032x}", rand::random::<u128>())
+    format!("{prefix}_{}", super::common::random_hex())
 }
 
 pub fn reasoning_item(id: &str, text: &str, status: &str) -> Value {

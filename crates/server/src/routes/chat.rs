@@ -155,7 +155,7 @@ pub(crate) fn prepare(
         // `top_logprobs` entries, or the chosen token and every id of `logprob_token_ids`.
         logprobs: match plan.logprob_token_ids() {
             Some(ids) => Some(ids.len() + 1),
-            None => want_logprobs.then(|| if top_logprobs < 0 { model.vocab_size() } else { top_logprobs as usize }),
+            None => plan.logprobs(),
         },
         return_token_ids: f.return_token_ids.unwrap_or(false),
         tokens_as_ids: f.return_tokens_as_token_ids.unwrap_or(state.config.return_tokens_as_token_ids),

@@ -78,7 +78,7 @@ fn usage_json(e: &Ending) -> Value {
 }
 
 fn signature() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    crate::protocol::common::random_hex()
 }
 
 /// The whole message.
