@@ -300,7 +300,8 @@ impl StreamState {
     }
 
     /// An event of the Responses or Messages stream, told apart by its `type`: text deltas are
-    /// tokens; the final event (`response.completed`, `message_delta`) carries the usage.
+    /// tokens; the final event (`response.completed`, or `response.incomplete` when
+    /// `max_output_tokens` cut it; `message_delta`) carries the usage.
     fn on_typed_event(&mut self, v: &Value, now: f64, out: &mut RequestOutput) -> Result<(), String> {
         let count = |u: &Value, k: &str| u.get(k).and_then(Value::as_u64).map(|n| n as usize);
         match v["type"].as_str().unwrap_or("") {
@@ -308,7 +309,7 @@ impl StreamState {
             "content_block_delta" if v["delta"]["type"] == "text_delta" => {
                 self.on_token(v["delta"]["text"].as_str().unwrap_or(""), now, out)
             }
-            "response.completed" => {
+            "response.completed" | "response.incomplete" => {
                 let u = &v["response"]["usage"];
                 out.output_tokens = count(u, "output_tokens");
                 out.prompt_len = count(u, "input_tokens").unwrap_or(out.prompt_len);
@@ -432,6 +433,16 @@ mod tests {
         res.unwrap();
         assert_eq!((out.generated_text.as_str(), out.ttft, out.itl.as_slice()), ("Hi there", 1.5, &[1.0][..]));
         assert_eq!((out.output_tokens, out.prompt_len, out.latency), (Some(2), 4, 2.5));
+        // Cut by max_output_tokens: the final event is `response.incomplete`, with the usage.
+        let (out, res) = run(
+            Backend::OpenaiResponses,
+            &[
+                json!({"type": "response.output_text.delta", "delta": "Hi"}),
+                json!({"type": "response.incomplete", "response": {"usage": {"input_tokens": 4, "output_tokens": 1}}}),
+            ],
+        );
+        res.unwrap();
+        assert_eq!((out.output_tokens, out.prompt_len), (Some(1), 4));
         let (out, res) = run(
             Backend::AnthropicMessages,
             &[
