@@ -486,6 +486,7 @@ fn chat(s: &Server) {
                        {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]);
     let p = s.ok("/v1/chat/completions", &json!({"messages": parts, "max_tokens": 20, "temperature": 0}));
     assert_eq!(p["choices"][0]["message"]["content"], msg["content"]);
+    custom_roles(s);
 
     let mut sreq = req.clone();
     sreq["stream"] = json!(true);
@@ -504,6 +505,29 @@ fn chat(s: &Server) {
     );
     assert_eq!(usage(&r).1, 3);
     assert_eq!(r["choices"][0]["finish_reason"], "length");
+}
+
+/// A role outside OpenAI's set reaches the template as given, the same in string and
+/// content-part form (vLLM's custom chat message).
+fn custom_roles(s: &Server) {
+    let tokens = |role: &str, content: Value| {
+        let msgs = json!([{"role": role, "content": content}, {"role": "user", "content": "What is 2+2?"}]);
+        s.ok("/tokenize", &json!({"messages": msgs}))["tokens"].clone()
+    };
+    let plain = tokens("critic", json!("Be kind."));
+    let parts = tokens("critic", json!([{"type": "text", "text": "Be"}, {"type": "text", "text": "kind."}]));
+    let joined = tokens("critic", json!("Be\nkind."));
+    assert_eq!(parts, joined, "text parts are joined by newlines");
+    assert_ne!(plain, tokens("system", json!("Be kind.")), "the role is rendered, not replaced");
+    let text = s.ok("/detokenize", &json!({"tokens": plain}))["prompt"].as_str().unwrap().to_string();
+    assert!(text.contains("critic\nBe kind."), "{text}");
+    let one_part = tokens("critic", json!([{"type": "text", "text": "Be kind."}]));
+    assert_eq!(one_part, plain);
+    // And it generates like any chat request.
+    let msgs = json!([{"role": "critic", "content": [{"type": "text", "text": "Be kind."}]},
+                      {"role": "user", "content": "Hi"}]);
+    let r = s.ok("/v1/chat/completions", &json!({"messages": msgs, "max_tokens": 3}));
+    assert_eq!(r["choices"][0]["message"]["role"], "assistant");
 }
 
 fn metrics_after_traffic(s: &Server) {

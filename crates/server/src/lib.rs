@@ -19,6 +19,7 @@ pub mod errors;
 pub mod generation;
 pub mod harmony;
 pub mod json_body;
+pub mod logit_bias;
 pub mod metrics;
 pub mod orca;
 pub mod pooling;

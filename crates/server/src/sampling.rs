@@ -192,16 +192,10 @@ impl RequestPlan {
                 format!("min_tokens must be greater than or equal to 0, got {min_tokens}."),
             ));
         }
-        let mut logit_bias = Vec::new();
-        if let Some(lb) = &f.logit_bias {
-            for (k, &v) in lb {
-                let id: u32 = k.trim().parse().map_err(|_| {
-                    ApiError::invalid("logit_bias", format!("logit_bias keys must be token ids, got {k:?}."))
-                })?;
-                logit_bias.push((id, v.clamp(-100.0, 100.0) as f32));
-            }
-            logit_bias.sort_by_key(|b| b.0);
-        }
+        let logit_bias = match &f.logit_bias {
+            Some(lb) => lb.to_engine(model.vocab_size())?,
+            None => Vec::new(),
+        };
         let bad_words_token_ids = match &f.bad_words {
             Some(words) => bad_words_ids(words, &model.tokenizer)?,
             None => Vec::new(),
