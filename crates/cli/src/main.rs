@@ -7,6 +7,7 @@ mod embed;
 mod generate;
 mod serve;
 mod setup;
+mod vllm_flags;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -39,6 +40,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve a model behind vLLM's OpenAI-compatible HTTP API.
+    // A flag given twice takes its last value, as vLLM's argparse does (launch scripts append
+    // overrides to a base command line).
+    #[command(args_override_self = true)]
     Serve(Box<serve::ServeArgs>),
     /// Generate text for one or more prompts (offline batch).
     Generate(generate::GenerateArgs),
@@ -72,7 +76,11 @@ fn init_logging(level: &str) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
-    let argv = match compat::normalize_args(std::env::args_os().collect()) {
+    let argv = compat::normalize_args(std::env::args_os().collect()).and_then(|a| match vllm_flags::is_serve(&a) {
+        true => vllm_flags::apply(a),
+        false => Ok((a, Vec::new())),
+    });
+    let (argv, notes) = match argv {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -83,6 +91,9 @@ fn main() -> ExitCode {
     if let Err(e) = init_logging(&cli.log_level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
+    }
+    for note in notes {
+        tracing::info!("{note}");
     }
     let result = match cli.command {
         Command::Serve(a) => serve::run(*a, started),

@@ -84,6 +84,58 @@ fn a_vllm_quickstart_command_line_starts_the_server() {
     }
 }
 
+/// The rest of vLLM's flags (crates/cli/src/vllm_flags.rs): accepted with a log line, rewritten
+/// to ours (the KV size and the speculative shorthand take effect), or refused saying why.
+#[test]
+fn the_rest_of_vllms_serve_flags_start_the_server_or_say_why_not() {
+    let s = Server::start(&[
+        "--distributed-executor-backend",
+        "mp",
+        "--compilation-config",
+        r#"{"level": 3}"#,
+        "-asc",
+        "1",
+        "--no-async-scheduling",
+        "--cudagraph-capture-sizes",
+        "1",
+        "2",
+        "4",
+        "--kv-cache-memory-bytes",
+        "128MiB",
+        "--spec-method",
+        "ngram",
+        "--spec-tokens",
+        "3",
+    ]);
+    let r = s.ok("/v1/completions", &json!({"prompt": "1, 2, 3, 1, 2, 3, 1, 2", "max_tokens": 8, "temperature": 0}));
+    assert!(r["choices"][0]["text"].is_string());
+    assert!(s.metric("vllm:spec_decode_num_draft_tokens_total") > 0.0, "--spec-method ngram took no effect");
+    let log = s.log();
+    for note in [
+        "--distributed-executor-backend mp: accepted, one process serves the model",
+        "--compilation-config {\"level\": 3}: accepted, a GPU setting",
+        "-asc 1: accepted (1 is how it is here)",
+        "--cudagraph-capture-sizes 1 2 4: accepted",
+    ] {
+        assert!(log.contains(note), "no log line for {note}: {log}");
+    }
+    // --kv-cache-memory-bytes is --kv-cache-memory, given after the test servers' 256MiB: the
+    // last value wins as with argparse, so whole blocks within 128 MiB.
+    let kv = log.split("KV cache: ").nth(1).and_then(|l| l.split(" blocks of").next()).expect("KV cache line");
+    let kv_mib: f64 = log.split_once(" group(s) (").unwrap().1.split(" MiB").next().unwrap().parse().unwrap();
+    assert!((120.0..=128.0).contains(&kv_mib), "{kv} blocks, {kv_mib} MiB: {log}");
+    let model = vllm_rs_testutil::gguf_path("smollm2");
+    for (flags, says) in [
+        (&["--headless"][..], "--headless: there is no engine-only mode"),
+        (&["-dcp", "2"][..], "-dcp 2: only 1 is supported"),
+        (&["--logits-processors", "my.Proc"][..], "--logits-processors: it names Python code"),
+        (&["--spec-tokens", "3", "-sc", "{}"][..], "give these or --speculative-config, not both"),
+    ] {
+        let (ok, err) = vllm_rs(&[&["serve", model.to_str().unwrap()][..], flags].concat());
+        assert!(!ok && err.contains(says), "{flags:?}: {err}");
+    }
+}
+
 #[test]
 fn flags_that_cannot_be_honoured_are_refused() {
     let model = vllm_rs_testutil::gguf_path("smollm2");
