@@ -36,3 +36,8 @@ if [ "$(uname -m)" = x86_64 ] && [ "${VLLM_RS_TEST_AARCH64:-1}" != 0 ]; then
     exit $rc
   fi
 fi
+# The fuzz targets' short run (fuzz/run_all.sh: the regression inputs replayed, then 60 s per
+# target from a fixed seed); VLLM_RS_TEST_FUZZ=0 leaves it out.
+if [ "${VLLM_RS_TEST_FUZZ:-1}" != 0 ]; then
+  bash "$REPO/fuzz/run_all.sh" "${VLLM_RS_FUZZ_SECONDS:-60}"
+fi
