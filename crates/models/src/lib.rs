@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod classifier;
 pub mod config;
 pub mod decoder;
+mod deepseek_gguf;
 pub mod deepseek_v2;
 pub mod deepseek_v3;
 pub mod encoder;

@@ -69,7 +69,8 @@ const LORA_NORM_EPS: f32 = 1e-6;
 
 impl MlaAttention {
     /// Loads `{prefix}.{q_proj | q_a_proj, q_a_layernorm, q_b_proj}`, `kv_a_proj_with_mqa`,
-    /// `kv_a_layernorm`, `kv_b_proj` (split per head into `W_UK`, `W_UV`) and `o_proj`.
+    /// `kv_a_layernorm`, `kv_b_proj` (or GGUF's `k_b_proj` and `v_b_proj`: [`up_projections`])
+    /// and `o_proj`.
     pub fn load(ck: &Checkpoint, prefix: &str, hidden: usize, s: MlaShape) -> Result<Self> {
         let (h, nope, rope, vd, l) =
             (s.num_heads, s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim, s.kv_lora_rank);
@@ -83,14 +84,7 @@ impl MlaAttention {
                 b: lin("q_b_proj", q_out, r)?,
             },
         };
-        let kv_b = ck.matrix(&format!("{prefix}.kv_b_proj.weight"), h * (nope + vd), l)?.to_f32();
-        let (mut w_uk_t, mut w_uv) = (Vec::with_capacity(h), Vec::with_capacity(h));
-        for head in kv_b.chunks_exact((nope + vd) * l) {
-            let (uk, uv) = head.split_at(nope * l);
-            let t: Vec<f32> = (0..l).flat_map(|c| (0..nope).map(move |r| uk[r * l + c])).collect();
-            w_uk_t.push(Weight::from_f32(l, nope, &t).for_matmul());
-            w_uv.push(Weight::from_f32(vd, l, uv).for_matmul());
-        }
+        let (w_uk_t, w_uv) = up_projections(ck, prefix, s)?;
         Ok(MlaAttention {
             q,
             kv_a_proj_with_mqa: lin("kv_a_proj_with_mqa", l + rope, hidden)?,
@@ -180,6 +174,31 @@ impl MlaAttention {
         }
         self.o_proj.forward(be, &mla.heads, n, out);
     }
+}
+
+/// Per head, `W_UKᵀ` and `W_UV`: from transformers' fused `kv_b_proj` (per head, `W_UK` rows then
+/// `W_UV` rows), or from GGUF's `k_b_proj` (already `W_UKᵀ` per head) and `v_b_proj`.
+fn up_projections(ck: &Checkpoint, prefix: &str, s: MlaShape) -> Result<(Vec<Weight>, Vec<Weight>)> {
+    let (h, nope, vd, l) = (s.num_heads, s.qk_nope_head_dim, s.v_head_dim, s.kv_lora_rank);
+    let split = format!("{prefix}.k_b_proj.weight");
+    let (mut w_uk_t, mut w_uv) = (Vec::with_capacity(h), Vec::with_capacity(h));
+    if ck.contains(&split) {
+        let k_b = ck.matrix(&split, h * l, nope)?.to_f32();
+        let v_b = ck.matrix(&format!("{prefix}.v_b_proj.weight"), h * vd, l)?.to_f32();
+        for (uk_t, uv) in k_b.chunks_exact(l * nope).zip(v_b.chunks_exact(vd * l)) {
+            w_uk_t.push(Weight::from_f32(l, nope, uk_t).for_matmul());
+            w_uv.push(Weight::from_f32(vd, l, uv).for_matmul());
+        }
+        return Ok((w_uk_t, w_uv));
+    }
+    let kv_b = ck.matrix(&format!("{prefix}.kv_b_proj.weight"), h * (nope + vd), l)?.to_f32();
+    for head in kv_b.chunks_exact((nope + vd) * l) {
+        let (uk, uv) = head.split_at(nope * l);
+        let t: Vec<f32> = (0..l).flat_map(|c| (0..nope).map(move |r| uk[r * l + c])).collect();
+        w_uk_t.push(Weight::from_f32(l, nope, &t).for_matmul());
+        w_uv.push(Weight::from_f32(vd, l, uv).for_matmul());
+    }
+    Ok((w_uk_t, w_uv))
 }
 
 fn scale_by(be: &dyn Backend, x: &mut [f32], factor: f32) {

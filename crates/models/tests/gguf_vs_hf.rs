@@ -89,25 +89,39 @@ fn tiny_moe_q8_0_within_budget() {
         let mut g = tiny_gguf(&dir, gguf_arch);
         quantize_q8_0(&mut g);
         g.write(&p);
-        let st = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let q8 = vllm_rs_models::load(&p).unwrap_or_else(|e| panic!("{e}"));
-        let vocab = st.model.info().vocab_size;
-        let (mut close, mut total) = (0, 0);
-        for case in golden(&format!("tiny/{arch}.json"))["cases"].as_array().unwrap() {
-            let (prompt, out) = (ids(&case["prompt_token_ids"]), ids(&case["token_ids"]));
-            let seq: Vec<u32> = prompt.iter().chain(&out[..out.len() - 1]).copied().collect();
-            let rows: Vec<usize> = (0..seq.len()).collect();
-            let a = logits_at(st.model.as_ref(), &seq, &rows);
-            let b = logits_at(q8.model.as_ref(), &seq, &rows);
-            for (x, y) in a.chunks_exact(vocab).zip(b.chunks_exact(vocab)) {
-                total += 1;
-                close += usize::from(rel_max_diff(y, x) <= TINY_Q8_REL_TOL && argmax(x) == argmax(y));
-            }
-        }
-        let share = close as f64 / total as f64;
-        eprintln!("{arch} Q8_0: {close}/{total} rows within {TINY_Q8_REL_TOL} of the scale with the same top-1");
-        assert!(share >= TINY_Q8_ROWS_CLOSE, "{arch}: only {close}/{total} Q8_0 rows close to F32");
+        q8_0_within_budget(arch, &dir, &p);
     }
+}
+
+/// Tiny DeepSeek-V3 quantized to Q8_0 by llama.cpp's converter (`--outtype q8_0`, gguf-py's
+/// quantizer; the split `attn_k_b`, 16 wide, stays F32), within the same budget.
+#[test]
+fn deepseek_q8_0_by_llama_cpp_within_budget() {
+    let p = test_data("data/tiny-gguf/deepseek_v3_q8_0.gguf");
+    q8_0_within_budget("deepseek_v3", &test_data("data/tiny/deepseek_v3"), &p);
+}
+
+/// Teacher-forced logits of the Q8_0 GGUF `q8` against the float32 safetensors `dir` of `arch`
+/// (see [`tiny_moe_q8_0_within_budget`] for the budget).
+fn q8_0_within_budget(arch: &str, dir: &std::path::Path, q8: &std::path::Path) {
+    let st = vllm_rs_models::load(dir).unwrap_or_else(|e| panic!("{e}"));
+    let q8 = vllm_rs_models::load(q8).unwrap_or_else(|e| panic!("{e}"));
+    let vocab = st.model.info().vocab_size;
+    let (mut close, mut total) = (0, 0);
+    for case in golden(&format!("tiny/{arch}.json"))["cases"].as_array().unwrap() {
+        let (prompt, out) = (ids(&case["prompt_token_ids"]), ids(&case["token_ids"]));
+        let seq: Vec<u32> = prompt.iter().chain(&out[..out.len() - 1]).copied().collect();
+        let rows: Vec<usize> = (0..seq.len()).collect();
+        let a = logits_at(st.model.as_ref(), &seq, &rows);
+        let b = logits_at(q8.model.as_ref(), &seq, &rows);
+        for (x, y) in a.chunks_exact(vocab).zip(b.chunks_exact(vocab)) {
+            total += 1;
+            close += usize::from(rel_max_diff(y, x) <= TINY_Q8_REL_TOL && argmax(x) == argmax(y));
+        }
+    }
+    let share = close as f64 / total as f64;
+    eprintln!("{arch} Q8_0: {close}/{total} rows within {TINY_Q8_REL_TOL} of the scale with the same top-1");
+    assert!(share >= TINY_Q8_ROWS_CLOSE, "{arch}: only {close}/{total} Q8_0 rows close to F32");
 }
 
 /// Logits at every one of `rows` (positions) for `seq` prefilled in one forward.
@@ -254,4 +268,24 @@ fn gpt_oss_converted_by_llama_cpp() {
     config["swiglu_limit"] = 7.0.into();
     std::fs::write(&path, config.to_string()).unwrap();
     same_as_safetensors(&dir, "gpt_oss", "GptOssForCausalLM");
+}
+
+/// Tiny DeepSeek-V2 and V3 converted by llama.cpp's `convert_hf_to_gguf.py` (`deepseek2`, made by
+/// `scripts/make_tiny_gguf_llamacpp.sh`): `kv_b_proj` split into `attn_k_b` (transposed per
+/// head) and `attn_v_b`, one KV head in the metadata, the shared experts as `*_shexp`, V3's
+/// correction bias as `exp_probs_b` and its sigmoid router as `expert_gating_func`. GGUF keeps
+/// only YaRN's `mscale_all_dim` (llama.cpp takes `mscale` equal to it, as DeepSeek's configs have
+/// it) while the tiny V2 uses 1.0 and 0.8 so that the attention factor acts: the safetensors side
+/// here runs with both 0.8 (its config copied and changed).
+#[test]
+fn deepseek_converted_by_llama_cpp() {
+    use common::files::copy_model_dir;
+    let dir = scratch_dir("deepseek_v2_mscale");
+    copy_model_dir(&test_data("data/tiny/deepseek_v2"), &dir);
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["rope_parameters"]["mscale"] = config["rope_parameters"]["mscale_all_dim"].clone();
+    std::fs::write(&path, config.to_string()).unwrap();
+    same_as_safetensors(&dir, "deepseek_v2", "DeepseekV2ForCausalLM");
+    same_as_safetensors(&test_data("data/tiny/deepseek_v3"), "deepseek_v3", "DeepseekV3ForCausalLM");
 }
