@@ -22,16 +22,14 @@ __device__ float inv_rms_warp(const float* x, int dim, float eps) {
     return 1.0f / sqrtf(s / (float)dim + eps);
 }
 
-// x[r] = x[r] / rms(x[r]) * (offset + w) for `rows` rows of `dim` (in place when out == x).
-extern "C" __global__ void rms_norm_f32(const float* x, const float* w, float* out, int rows, int dim, float eps,
-                                        float offset) {
+// x[r] = x[r] / rms(x[r]) * (offset + w), in place, for `rows` rows of `dim`.
+extern "C" __global__ void rms_norm_f32(float* x, const float* w, int rows, int dim, float eps, float offset) {
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;  // whole warps leave together
-    const float* xr = x + (u64)row * dim;
-    float* o = out + (u64)row * dim;
+    float* xr = x + (u64)row * dim;
     float inv = inv_rms_warp(xr, dim, eps);
     __syncwarp();  // every lane has read the row before any lane overwrites it
-    for (int i = threadIdx.x & 31; i < dim; i += 32) o[i] = (xr[i] * inv) * (offset + w[i]);
+    for (int i = threadIdx.x & 31; i < dim; i += 32) xr[i] = (xr[i] * inv) * (offset + w[i]);
 }
 
 // h += y, then x = RMSNorm(h), row by row (ops::add_rms_norm_rows).
