@@ -32,6 +32,15 @@ cargo test --workspace
 "$VLLM_RS_TEST_MODELS/venv/bin/python" "$REPO/scripts/build_ptx.py" --check
 cargo test -p vllm-rs-cuda --features cuda -- --nocapture
 cargo check -p vllm-rs --features cuda
+# The kernels themselves, on the CPU through a CUDA driver emulator (scripts/cuda_emulator.sh):
+# every kernel against the CPU reference, bit for bit.
+rc=0
+bash "$REPO/scripts/cuda_emulator.sh" || rc=$?
+if [ $rc -eq 2 ]; then
+  echo "test.sh: the CUDA kernels' emulated run was SKIPPED (see above)" >&2
+elif [ $rc -ne 0 ]; then
+  exit $rc
+fi
 # On x86-64, the NEON tier's kernels too, under qemu (scripts/test_aarch64.sh; skipped, saying
 # so, where its tools cannot be installed).
 if [ "$(uname -m)" = x86_64 ] && [ "${VLLM_RS_TEST_AARCH64:-1}" != 0 ]; then

@@ -18,11 +18,8 @@ pub fn select(device: &str) -> Result<()> {
             // Without the cuda feature there is nothing to ask (and nothing to load).
             if vllm_rs_cuda::BUILT_WITH_CUDA {
                 match vllm_rs_cuda::probe() {
-                    Probe::Found(_) => {
-                        info!(
-                            "--device auto: {} found; running on the CPU (the engine does not run on a GPU yet)",
-                            vllm_rs_cuda::probe()
-                        )
+                    found @ Probe::Found(_) => {
+                        info!("--device auto: {found} found; running on the CPU (the engine does not run on a GPU yet)")
                     }
                     other => info!("--device auto: running on the CPU ({other})"),
                 }

@@ -32,7 +32,7 @@ extern "C" __global__ void argmax_f32(const float* logits, int vocab, u32* out) 
     si[threadIdx.x] = idx;
     __syncthreads();
     for (int s = ARGMAX_THREADS / 2; s > 0; s /= 2) {
-        if (threadIdx.x < s) {
+        if ((int)threadIdx.x < s) {
             float a = sv[threadIdx.x];
             int ai = si[threadIdx.x];
             better(a, ai, sv[threadIdx.x + s], si[threadIdx.x + s]);

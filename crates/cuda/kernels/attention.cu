@@ -61,7 +61,7 @@ __device__ void paged_attention(const float* q, const u8* k_cache, const u8* v_c
         red[threadIdx.x] = mx;
         __syncthreads();
         for (int w = THREADS / 2; w > 0; w /= 2) {
-            if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+            if ((int)threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
             __syncthreads();
         }
         mx = red[0];

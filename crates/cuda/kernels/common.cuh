@@ -1,3 +1,4 @@
+#pragma once
 // Shared by every kernel file (NVRTC gets it as a header: no CUDA toolkit, no system headers).
 //
 // The kernels are compiled with --fmad=false: a product followed by a sum stays two roundings,
@@ -23,6 +24,7 @@ typedef unsigned long long u64;
 #define T_F16 1
 #define T_BF16 2
 
+#ifdef __CUDA_ARCH__
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -35,6 +37,12 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+#else
+// The CPU emulator (crates/cuda/emulator) compiles these files as C++: the same conversions
+// without PTX.
+__device__ __forceinline__ float f16_to_f32(u16 h) { return emu_f16_to_f32(h); }
+__device__ __forceinline__ u16 f32_to_f16(float f) { return emu_f32_to_f16(f); }
+#endif
 
 __device__ __forceinline__ float bf16_to_f32(u16 b) { return __uint_as_float((u32)b << 16); }
 

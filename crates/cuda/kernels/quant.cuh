@@ -1,3 +1,4 @@
+#pragma once
 // The two GGUF block formats the GPU reads so far (layouts: vllm_rs_kernels::ggml), as the
 // CPU's panel sees them (vllm_rs_kernels::qpanel): per group of 32 elements, int values `q`,
 // a scale `vscale` and, for Q4_K, a minimum coefficient `mcoef`, so that w = vscale·q + mcoef.
