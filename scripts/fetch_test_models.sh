@@ -15,7 +15,7 @@
 #   DEST/hf/smollm2-135m-instruct-from-q4_1/, qwen2.5-coder-0.5b-instruct-from-q4_k_m/,
 #          gemma3-270m-from-q4_k_m/   (config.json, model.safetensors in bf16, tokenizer files)
 #   DEST/venv     Python venv from scripts/requirements-ci.txt (gguf_to_hf.py needs no torch; the
-#                 server's OpenAI SDK test runs its python)
+#                 server's OpenAI SDK test runs its python; scripts/build_ptx.py its NVRTC and ptxas)
 #   DEST/_dl      downloaded wheels and npm tarballs (a rerun downloads nothing)
 #   DEST/.stamps  what has been verified
 #

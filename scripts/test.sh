@@ -25,6 +25,22 @@ if [ $# -gt 0 ]; then
   exec cargo test "$@"
 fi
 cargo test --workspace
+# The CUDA backend's groundwork, checked without a GPU (issue 31): the committed PTX is what the
+# pinned NVRTC gives for crates/cuda/kernels, with no ptxas error or spill on sm_80/sm_90; the
+# cuda feature builds (the crate, its kernel check program, whose test says SKIPPED without a
+# GPU, and the binary). scripts/gpu_check.sh runs the checks on a GPU machine.
+"$VLLM_RS_TEST_MODELS/venv/bin/python" "$REPO/scripts/build_ptx.py" --check
+cargo test -p vllm-rs-cuda --features cuda -- --nocapture
+cargo check -p vllm-rs --features cuda
+# The kernels themselves, on the CPU through a CUDA driver emulator (scripts/cuda_emulator.sh):
+# every kernel against the CPU reference, bit for bit.
+rc=0
+bash "$REPO/scripts/cuda_emulator.sh" || rc=$?
+if [ $rc -eq 2 ]; then
+  echo "test.sh: the CUDA kernels' emulated run was SKIPPED (see above)" >&2
+elif [ $rc -ne 0 ]; then
+  exit $rc
+fi
 # On x86-64, the NEON tier's kernels too, under qemu (scripts/test_aarch64.sh; skipped, saying
 # so, where its tools cannot be installed).
 if [ "$(uname -m)" = x86_64 ] && [ "${VLLM_RS_TEST_AARCH64:-1}" != 0 ]; then

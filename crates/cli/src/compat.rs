@@ -65,7 +65,8 @@ pub struct VllmCompatArgs {
     #[arg(long)]
     pub swap_space: Option<f64>,
 
-    /// `cpu` or `auto`.
+    /// `auto`, `cpu` or `cuda`. The engine runs on the CPU so far: `cuda` is refused saying
+    /// what is missing, `auto` takes the CPU (and says why when a GPU is present).
     #[arg(long, default_value = "auto")]
     pub device: String,
 
@@ -156,9 +157,7 @@ impl VllmCompatArgs {
                 "--quantization {q}: only GGUF files are read (quantization gguf); {q} checkpoints are not supported yet"
             );
         }
-        if !matches!(self.device.as_str(), "auto" | "cpu") {
-            bail!("--device {}: only the CPU is supported (auto or cpu)", self.device);
-        }
+        crate::device::select(&self.device)?;
         for (flag, v) in
             [("--mamba-cache-dtype", &self.mamba_cache_dtype), ("--mamba-ssm-cache-dtype", &self.mamba_ssm_cache_dtype)]
         {

@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod compat;
+mod device;
 mod embed;
 mod generate;
 mod serve;

@@ -143,7 +143,8 @@ fn flags_that_cannot_be_honoured_are_refused() {
     for (flag, value, says) in [
         ("-tp", "2", "one process serves one model"),
         ("--quantization", "awq", "only GGUF files are read"),
-        ("--device", "cuda", "only the CPU"),
+        ("--device", "cuda", "the engine does not run on a GPU yet"),
+        ("--device", "tpu", "expected auto, cpu or cuda"),
         ("--dtype", "int8", "expected auto, float32"),
         ("--gpu-memory-utilization", "1.5", "must be in (0, 1]"),
         ("--mamba-ssm-cache-dtype", "float16", "recurrent states are kept in float32"),

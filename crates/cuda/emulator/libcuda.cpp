@@ -1,0 +1,246 @@
+// A CPU emulator of the CUDA driver API, as much of it as cudarc and crates/cuda use, that runs
+// the kernels of ../kernels compiled as C++. Built as a fake libcuda.so
+// (scripts/cuda_emulator.sh), it lets the check program (src/check.rs) and every launch of
+// src/ops.rs run on a machine without a GPU: argument order, grid shapes, indexing, the
+// shuffle reductions and their association are all exercised, and compared with the CPU
+// reference. It says nothing about the real hardware (memory model, speed, the driver's PTX
+// compiler): scripts/gpu_check.sh does that.
+//
+// Execution model: blocks one after another; the threads of a block as OS threads, with
+// barriers for __syncthreads (the block) and for __syncwarp and shuffles (each warp of 32).
+// Device memory is host memory: a CUdeviceptr is the address. Everything is synchronous.
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+// ------------------------------------------------------------------ CUDA C on the CPU
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static  // one block at a time: a static is the block's shared memory
+
+struct dim3e {
+    unsigned x = 0, y = 0, z = 0;
+};
+static thread_local dim3e threadIdx, blockIdx;
+static dim3e blockDim, gridDim;
+struct int4 {
+    int x, y, z, w;
+};
+
+inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+// IEEE binary16 conversions (round to nearest even) through the compiler's _Float16.
+inline float emu_f16_to_f32(unsigned short h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+inline unsigned short emu_f32_to_f16(float f) {
+    _Float16 v = (_Float16)f;
+    unsigned short h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+
+// A reusable barrier that yields the processor while it waits: the threads of a launch far
+// outnumber the cores, and sleeping in the kernel at every shuffle costs more than yielding.
+class Barrier {
+  public:
+    explicit Barrier(unsigned n) : n_(n) {}
+    void arrive_and_wait() {
+        unsigned gen = gen_.load(std::memory_order_acquire);
+        if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+            count_.store(0, std::memory_order_relaxed);
+            gen_.fetch_add(1, std::memory_order_release);
+            return;
+        }
+        while (gen_.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+    }
+
+  private:
+    unsigned n_;
+    std::atomic<unsigned> count_{0}, gen_{0};
+};
+
+struct Warp {
+    Barrier bar{32};
+    uint64_t buf[32];
+};
+struct Block {
+    explicit Block(unsigned threads) : bar(threads) {
+        for (unsigned w = 0; w < threads / 32; w++) warps.push_back(std::make_unique<Warp>());
+    }
+    Barrier bar;
+    std::vector<std::unique_ptr<Warp>> warps;
+};
+static thread_local Block* tl_block;
+static thread_local Warp* tl_warp;
+static thread_local int tl_lane;
+
+inline void __syncthreads() { tl_block->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { tl_warp->bar.arrive_and_wait(); }
+
+// Every lane of the warp publishes its value, then reads lane `src`'s.
+template <class T>
+T shfl_from(T v, int src) {
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    tl_warp->buf[tl_lane] = b;
+    tl_warp->bar.arrive_and_wait();
+    uint64_t r = tl_warp->buf[src];
+    tl_warp->bar.arrive_and_wait();
+    T out;
+    memcpy(&out, &r, sizeof(T));
+    return out;
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+    if (lane_mask >= width) abort();  // the kernels stay inside their segment
+    return shfl_from(v, tl_lane ^ lane_mask);
+}
+template <class T>
+T __shfl_sync(unsigned, T v, int src, int width = 32) {
+    return shfl_from(v, (tl_lane & ~(width - 1)) | (src & (width - 1)));
+}
+
+#include "../kernels/act.cu"
+#include "../kernels/argmax.cu"
+#include "../kernels/attention.cu"
+#include "../kernels/dense.cu"
+#include "../kernels/embed.cu"
+#include "../kernels/kv_cache.cu"
+#include "../kernels/norm.cu"
+#include "../kernels/qmatmul.cu"
+#include "../kernels/rope.cu"
+
+// ------------------------------------------------------------------ kernels by name
+using Launcher = std::function<void(void**)>;
+
+template <class... A, size_t... I>
+void call(void (*k)(A...), void** p, std::index_sequence<I...>) {
+    k(*static_cast<A*>(p[I])...);
+}
+template <class... A>
+Launcher wrap(void (*k)(A...)) {
+    return [k](void** p) { call(k, p, std::index_sequence_for<A...>{}); };
+}
+
+#define K(name) {#name, wrap(name)}
+static const std::map<std::string, Launcher>& kernels() {
+    static const std::map<std::string, Launcher> m = {
+        K(silu_mul_f32),        K(argmax_f32),      K(paged_attention_f32), K(paged_attention_f16),
+        K(paged_attention_bf16), K(dense_f32),      K(dense_f16),           K(dense_bf16),
+        K(embedding_f32),       K(embedding_f16),   K(embedding_bf16),      K(embedding_q8_0),
+        K(embedding_q4k),       K(write_kv_f32),    K(write_kv_f16),        K(write_kv_bf16),
+        K(rms_norm_f32),        K(add_rms_norm_f32), K(quantize_acts),      K(qmatmul_q8_0),
+        K(qmatmul_q4k),         K(rope_f32),
+    };
+    return m;
+}
+
+// One OS thread per thread of a block, created once per launch: each runs every block in
+// turn, and a barrier at the end of each block keeps the blocks apart (their shared memory is
+// the same statics).
+static void launch(const Launcher& k, dim3e grid, dim3e block, void** params) {
+    unsigned threads = block.x * block.y * block.z;
+    if (block.y != 1 || block.z != 1 || threads % 32 != 0) abort();  // what the kernels use
+    blockDim = block;
+    gridDim = grid;
+    Block b(threads);
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; t++) {
+        ts.emplace_back([&, t] {
+            tl_block = &b;
+            tl_warp = b.warps[t / 32].get();
+            tl_lane = (int)(t % 32);
+            threadIdx = {t, 0, 0};
+            for (unsigned bz = 0; bz < grid.z; bz++)
+                for (unsigned by = 0; by < grid.y; by++)
+                    for (unsigned bx = 0; bx < grid.x; bx++) {
+                        blockIdx = {bx, by, bz};
+                        k(params);
+                        b.bar.arrive_and_wait();
+                    }
+        });
+    }
+    for (auto& t : ts) t.join();
+}
+
+// ------------------------------------------------------------------ the driver API
+typedef int CUresult;
+enum { OK = 0, INVALID_VALUE = 1, NOT_FOUND = 500 };
+typedef unsigned long long CUdeviceptr;
+
+#define API extern "C" __attribute__((visibility("default")))
+static int ctx_token, module_token, event_token;
+
+API CUresult cuInit(unsigned) { return OK; }
+API CUresult cuDriverGetVersion(int* v) { *v = 12080; return OK; }
+API CUresult cuDeviceGetCount(int* n) { *n = 1; return OK; }
+API CUresult cuDeviceGet(int* dev, int ordinal) { *dev = ordinal; return ordinal == 0 ? OK : INVALID_VALUE; }
+API CUresult cuDeviceGetName(char* name, int len, int) {
+    snprintf(name, len, "CUDA emulator on the CPU (not a GPU)");
+    return OK;
+}
+API CUresult cuDeviceGetAttribute(int* v, int attrib, int) {
+    // 75/76: compute capability 8.0; everything else (memory pools, ...) absent.
+    *v = attrib == 75 ? 8 : 0;
+    return OK;
+}
+API CUresult cuDeviceTotalMem_v2(size_t* bytes, int) { *bytes = size_t(1) << 30; return OK; }
+API CUresult cuDevicePrimaryCtxRetain(void** ctx, int) { *ctx = &ctx_token; return OK; }
+API CUresult cuDevicePrimaryCtxRelease_v2(int) { return OK; }
+API CUresult cuCtxSetCurrent(void*) { return OK; }
+API CUresult cuCtxGetCurrent(void** ctx) { *ctx = &ctx_token; return OK; }
+API CUresult cuCtxSynchronize() { return OK; }
+API CUresult cuStreamSynchronize(void*) { return OK; }
+API CUresult cuStreamWaitEvent(void*, void*, unsigned) { return OK; }
+API CUresult cuEventCreate(void** e, unsigned) { *e = &event_token; return OK; }
+API CUresult cuEventRecord(void*, void*) { return OK; }
+API CUresult cuEventSynchronize(void*) { return OK; }
+API CUresult cuEventDestroy_v2(void*) { return OK; }
+API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+    *p = (CUdeviceptr)calloc(bytes ? bytes : 1, 1);
+    return *p ? OK : 2;
+}
+API CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)p); return OK; }
+API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)p, v, n); return OK; }
+API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void*) { return cuMemsetD8_v2(p, v, n); }
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { memcpy((void*)d, s, n); return OK; }
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void*) { return cuMemcpyHtoD_v2(d, s, n); }
+API CUresult cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) { memcpy(d, (void*)s, n); return OK; }
+API CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, void*) { return cuMemcpyDtoH_v2(d, s, n); }
+API CUresult cuModuleLoadData(void** m, const void*) { *m = &module_token; return OK; }
+API CUresult cuModuleUnload(void*) { return OK; }
+API CUresult cuModuleGetFunction(void** f, void*, const char* name) {
+    auto it = kernels().find(name);
+    if (it == kernels().end()) return NOT_FOUND;
+    *f = (void*)&it->second;
+    return OK;
+}
+API CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned, void*, void** params, void**) {
+    launch(*(const Launcher*)f, {gx, gy, gz}, {bx, by, bz}, params);
+    return OK;
+}
+API CUresult cuGetErrorString(CUresult, const char** s) { *s = "CUDA emulator error"; return OK; }
+API CUresult cuGetErrorName(CUresult, const char** s) { *s = "CUDA_ERROR_EMULATOR"; return OK; }
