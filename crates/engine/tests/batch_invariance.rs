@@ -220,6 +220,13 @@ fn nemotron_h_moe_batch_invariance() {
 }
 
 #[test]
+fn falcon_h1_batch_invariance() {
+    // Falcon-H1: Mamba-2 and attention side by side in every layer, two cache layers each (a
+    // recurrent state and K/V) in two groups.
+    batch_invariance("tiny/falcon_h1");
+}
+
+#[test]
 fn granite_hybrid_batch_invariance() {
     // Granite 4: Mamba-2 and attention layers with routed and shared experts.
     batch_invariance("tiny/granite_hybrid");

@@ -32,6 +32,8 @@ pub enum Mixer {
     ShortConv(crate::short_conv::ShortConv),
     /// Mamba-2's selective state space.
     Mamba2(crate::mamba2::Mamba2),
+    /// Mamba-2 and attention side by side on the same input (Falcon-H1): two cache layers.
+    Parallel(Box<crate::falcon_h1::ParallelMixer>),
     /// The block has no mixer half (Nemotron-H's MLP blocks).
     None,
 }
@@ -43,20 +45,22 @@ impl From<Attention> for Mixer {
 }
 
 impl Mixer {
-    /// What this layer caches per request.
-    pub fn kv_cache_spec(&self) -> KvCacheSpec {
+    /// What this layer caches per request: one cache layer each, but two for a parallel mixer.
+    pub fn kv_cache_specs(&self) -> Vec<KvCacheSpec> {
         match self {
-            Mixer::Attention(a) => a.kv_cache_spec(),
-            Mixer::Mla(a) => a.kv_cache_spec(),
-            Mixer::GatedDeltaNet(a) => a.kv_cache_spec(),
-            Mixer::ShortConv(a) => a.kv_cache_spec(),
-            Mixer::Mamba2(a) => a.kv_cache_spec(),
+            Mixer::Attention(a) => vec![a.kv_cache_spec()],
+            Mixer::Mla(a) => vec![a.kv_cache_spec()],
+            Mixer::GatedDeltaNet(a) => vec![a.kv_cache_spec()],
+            Mixer::ShortConv(a) => vec![a.kv_cache_spec()],
+            Mixer::Mamba2(a) => vec![a.kv_cache_spec()],
+            Mixer::Parallel(p) => p.kv_cache_specs(),
             // Nothing cached: an empty recurrent state, which takes no memory.
-            Mixer::None => KvCacheSpec::Recurrent { state_elements: 0 },
+            Mixer::None => vec![KvCacheSpec::Recurrent { state_elements: 0 }],
         }
     }
 
     /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
+    /// `layer` is the mixer's (first) cache layer.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -75,6 +79,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(a) => a.forward(be, x, batch, kv, layer, &mut ws.gdn, out),
             Mixer::ShortConv(a) => a.forward(be, x, batch, kv, layer, &mut ws.short_conv, out),
             Mixer::Mamba2(a) => a.forward(be, x, batch, kv, layer, &mut ws.mamba2, out),
+            Mixer::Parallel(p) => p.forward(be, x, batch, rope, kv, layer, ws, out),
             Mixer::None => unreachable!("the decoder skips absent halves"),
         }
     }
@@ -183,13 +188,15 @@ impl Model for DecoderModel {
             .filter(|&(i, mixer)| self.layers[i].has(mixer))
             .collect();
         let norm_of = |k: usize| halves.get(k).map_or(&self.norm, |&(i, mixer)| self.layers[i].norm(mixer));
+        let cache_layers = first_cache_layers(&self.layers);
         ws.x.clone_from(&ws.h);
         norm_of(0).forward(be, &mut ws.x);
         for (k, &(i, mixer)) in halves.iter().enumerate() {
             let layer = &self.layers[i];
             if mixer {
                 let rope = &ws.ropes[layer.rope];
-                layer.self_attn.forward(be, &ws.x, batch, rope, kv, i, &mut ws.attention, &mut ws.y);
+                let c = cache_layers[i];
+                layer.self_attn.forward(be, &ws.x, batch, rope, kv, c, &mut ws.attention, &mut ws.y);
                 if let Some(norm) = &layer.post_attn_norm {
                     norm.forward(be, &mut ws.y);
                 }
@@ -263,8 +270,26 @@ pub fn model_info(config: &Value, c: &CommonConfig, layers: &[DecoderLayer]) -> 
         hidden_size: c.hidden_size,
         vocab_size: c.vocab_size,
         max_position_embeddings: c.max_position_embeddings,
-        kv_cache_specs: layers.iter().map(|l| l.self_attn.kv_cache_spec()).collect(),
+        kv_cache_specs: kv_cache_specs(layers),
     })
+}
+
+/// The cache layers of `layers`, in order (a parallel mixer has two).
+pub fn kv_cache_specs(layers: &[DecoderLayer]) -> Vec<KvCacheSpec> {
+    layers.iter().flat_map(|l| l.self_attn.kv_cache_specs()).collect()
+}
+
+/// The first cache layer of each of `layers`.
+fn first_cache_layers(layers: &[DecoderLayer]) -> Vec<usize> {
+    let mut next = 0;
+    layers
+        .iter()
+        .map(|l| {
+            let first = next;
+            next += l.self_attn.kv_cache_specs().len();
+            first
+        })
+        .collect()
 }
 
 /// Causal attention over every earlier position, scaled by `1/sqrt(head_dim)`, uncapped.

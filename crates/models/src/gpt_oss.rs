@@ -148,7 +148,13 @@ fn load_moe(
     let experts = (g.into_iter().zip(u).zip(d))
         .zip(gb.into_iter().zip(ub).zip(db))
         .map(|(((g, u), d), ((gb, ub), db))| {
-            Expert::Gated(GatedMlp { gate_proj: linear(g, gb), up_proj: linear(u, ub), down_proj: linear(d, db), act })
+            Expert::Gated(GatedMlp {
+                gate_proj: linear(g, gb),
+                up_proj: linear(u, ub),
+                down_proj: linear(d, db),
+                act,
+                scales: [1.0, 1.0],
+            })
         })
         .collect();
     Ok(SparseMoe {

@@ -13,7 +13,7 @@ use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention, plain_decoder};
 use crate::error::{Error, Result};
 use crate::layers::RmsNorm;
-use crate::mamba2::{Mamba2, Mamba2Dims};
+use crate::mamba2::{Mamba2, Mamba2Dims, Mamba2Options, time_step_min};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::moe::{Expert, MoeConfig, MoeNames, SharedExpert, SparseMoe};
 use crate::norm::Norm;
@@ -64,10 +64,16 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         let p = format!("model.layers.{i}");
         unfuse_mlps(&mut ck, &p, experts, [c.intermediate_size, shared_inter], hidden)?;
         let mixer = if *kind == "mamba" {
-            let bias = (flag("mamba_proj_bias", false), flag("mamba_conv_bias", true));
-            // `time_step_limit` is `[min, max]`; only the floor is ever set (max ∞).
-            let dt_min = config["time_step_limit"][0].as_f64().unwrap_or(0.0) as f32;
-            Mixer::Mamba2(Mamba2::load(&ck, &format!("{p}.mamba"), hidden, dims, bias, dt_min, eps)?)
+            let bias = flag("mamba_proj_bias", false);
+            let o = Mamba2Options {
+                in_bias: bias,
+                out_bias: bias,
+                conv_bias: flag("mamba_conv_bias", true),
+                time_step_min: time_step_min(config)?,
+                norm: Some(false),
+                eps,
+            };
+            Mixer::Mamba2(Mamba2::load(&ck, &format!("{p}.mamba"), hidden, dims, &o)?)
         } else {
             let mut params = full_attention(c.num_attention_heads, c.num_kv_heads(), hd);
             params.scale = f("attention_multiplier", 1.0 / (hd as f64).sqrt());

@@ -11,6 +11,7 @@ mod deepseek_gguf;
 pub mod deepseek_v2;
 pub mod deepseek_v3;
 pub mod encoder;
+pub mod falcon_h1;
 pub mod gated_deltanet;
 pub mod gemma2;
 pub mod gemma3;

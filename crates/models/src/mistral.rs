@@ -40,5 +40,5 @@ pub fn apply_sliding_window(m: &mut DecoderModel, config: &Value) {
             a.params.sliding_window = window;
         }
     }
-    m.info.kv_cache_specs = m.layers.iter().map(|l| l.self_attn.kv_cache_spec()).collect();
+    m.info.kv_cache_specs = crate::decoder::kv_cache_specs(&m.layers);
 }

@@ -15,6 +15,9 @@ pub struct GatedMlp {
     pub up_proj: Linear,
     pub down_proj: Linear,
     pub act: Activation,
+    /// Multiply the gate projection (before the activation) and the output (Falcon-H1's
+    /// `mlp_multipliers`); `[1, 1]` for none.
+    pub scales: [f32; 2],
 }
 
 impl GatedMlp {
@@ -24,6 +27,7 @@ impl GatedMlp {
             up_proj: Linear::load(ck, &format!("{prefix}.up_proj"), inter, hidden, false)?,
             down_proj: Linear::load(ck, &format!("{prefix}.down_proj"), hidden, inter, false)?,
             act,
+            scales: [1.0, 1.0],
         })
     }
 
@@ -39,8 +43,14 @@ impl GatedMlp {
         out: &mut Vec<f32>,
     ) {
         Linear::forward_many(be, [&self.gate_proj, &self.up_proj], x, m, [gate, up]);
+        if self.scales[0] != 1.0 {
+            be.scale(gate, self.scales[0]);
+        }
         be.gated_activation(self.act, gate, up);
         self.down_proj.forward(be, gate, m, out);
+        if self.scales[1] != 1.0 {
+            be.scale(out, self.scales[1]);
+        }
     }
 }
 

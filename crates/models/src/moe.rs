@@ -335,7 +335,7 @@ impl SparseMoe {
             .zip(u?)
             .zip(d?)
             .map(|((gate_proj, up_proj), down_proj)| {
-                Expert::Gated(GatedMlp { gate_proj, up_proj, down_proj, act: Activation::Silu })
+                Expert::Gated(GatedMlp { gate_proj, up_proj, down_proj, act: Activation::Silu, scales: [1.0, 1.0] })
             })
             .collect();
         Self::routing(ck, &p, c, hidden, experts)
@@ -572,6 +572,7 @@ mod tests {
                     up_proj: rand(inter, hidden),
                     down_proj: rand(hidden, inter),
                     act: Activation::Silu,
+                    scales: [1.0, 1.0],
                 })
             })
             .collect();

@@ -13,7 +13,7 @@ use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_att
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::layers::{Linear, RmsNorm};
-use crate::mamba2::{Mamba2, Mamba2Dims};
+use crate::mamba2::{Mamba2, Mamba2Dims, Mamba2Options};
 use crate::mlp::{Activation, FeedForward, Mlp};
 use crate::moe::{self, Expert, GroupLimit, GroupScore, MoeConfig, Scoring, SharedExpert, SparseMoe};
 use crate::norm::Norm;
@@ -149,8 +149,16 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         let m = format!("{p}.mixer");
         let (mixer, mlp) = match kind.as_str() {
             "linear_attention" => {
-                let bias = (flag("use_bias", false), flag("use_conv_bias", true));
-                (Mixer::Mamba2(Mamba2::load(&ck, &m, hidden, dims, bias, time_step_min, eps)?), FeedForward::None)
+                let bias = flag("use_bias", false);
+                let o = Mamba2Options {
+                    in_bias: bias,
+                    out_bias: bias,
+                    conv_bias: flag("use_conv_bias", true),
+                    time_step_min,
+                    norm: Some(false),
+                    eps,
+                };
+                (Mixer::Mamba2(Mamba2::load(&ck, &m, hidden, dims, &o)?), FeedForward::None)
             }
             "full_attention" => {
                 let mut params = full_attention(c.num_attention_heads, c.num_kv_heads(), hd);

@@ -30,6 +30,8 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::nemotron_h::NEMOTRON_H,
     &crate::nemotron_h::NEMOTRON_H_MOE,
     &crate::granite_hybrid::GRANITE_MOE_HYBRID,
+    &crate::falcon_h1::FALCON_H1,
+    &crate::falcon_h1::FALCON_H1_NORMED,
     &crate::gpt_oss::GPT_OSS,
 ];
 

@@ -191,6 +191,16 @@ fn nemotron_h_moe() {
 }
 
 #[test]
+fn falcon_h1() {
+    check_arch("falcon_h1", "FalconH1ForCausalLM");
+}
+
+#[test]
+fn falcon_h1_normed() {
+    check_arch("falcon_h1_normed", "FalconH1ForCausalLM");
+}
+
+#[test]
 fn granite_hybrid() {
     check_arch("granite_hybrid", "GraniteMoeHybridForCausalLM");
 }
