@@ -11,8 +11,8 @@
 # checkpoints are: the converter writes those experts as GGUF MXFP4 (the rest F32).
 #
 # Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH[@OUTTYPE]...]   (default: qwen3_5 qwen3_5_moe)
-# (the tests also read lfm2, nemotron_h, nemotron_h_moe, gpt_oss, deepseek_v2, deepseek_v3 and
-# deepseek_v3@q8_0 made by it)
+# (the tests also read lfm2, nemotron_h, nemotron_h_moe, gpt_oss, deepseek_v2, deepseek_v3,
+# deepseek_v3@q8_0 and falcon_h1 made by it)
 # Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,6 +75,16 @@ PYEOF
 import json, sys
 c = json.load(open(sys.argv[1]))
 c['scoring_func'] = 'sigmoid'
+json.dump(c, open(sys.argv[1], 'w'))
+PYEOF
+    fi
+    # Falcon-H1's released config.json states head_dim, which the converter reads; transformers'
+    # config class leaves it out (it takes hidden_size / num_attention_heads, the same here).
+    if [ "$a" = falcon_h1 ]; then
+      "$PY" - "$dir/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c['head_dim'] = c['hidden_size'] // c['num_attention_heads']
 json.dump(c, open(sys.argv[1], 'w'))
 PYEOF
     fi

@@ -7,13 +7,18 @@
 //! optional (`mamba_rms_norm`), before or after the gate (`mamba_norm_before_gate`).
 //!
 //! Each layer has two cache layers: the Mamba-2 state (recurrent group) and the attention's K/V.
+//!
+//! GGUF files (llama.cpp's `falcon-h1`) hold the weights with every multiplier already folded in
+//! (biases left unscaled), and no multiplier keys: they load with all multipliers 1. llama.cpp
+//! applies the mixer's norm after the gate.
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::batch::ForwardBatch;
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Format};
 use crate::config::CommonConfig;
 use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention, plain_decoder};
 use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
 use crate::layers::{Attention, AttentionBuffers, RmsNorm};
 use crate::mamba2::{Mamba2, Mamba2Dims, Mamba2Options, time_step_min};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
@@ -26,10 +31,10 @@ use vllm_rs_kernels::ops::{self, RopeTable};
 
 pub const FALCON_H1: ArchSpec = ArchSpec {
     hf_class: "FalconH1ForCausalLM",
-    gguf_arch: None,
+    gguf_arch: Some("falcon-h1"),
     load,
-    gguf_modules: &[],
-    gguf_config: None,
+    gguf_modules: GGUF_MODULES,
+    gguf_config: Some(config_from_gguf),
     tiny: TinySpec {
         name: "falcon_h1",
         config_class: "FalconH1Config",
@@ -63,8 +68,48 @@ pub const FALCON_H1_NORMED: ArchSpec = ArchSpec {
         norm_center: 1.0,
         scaled_embed: false,
     },
+    gguf_arch: None,
     ..FALCON_H1
 };
+
+/// llama.cpp's names of a layer's tensors, under `model.layers.N.`.
+const GGUF_MODULES: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    // Written without the `.weight` suffix.
+    ("ffn_norm", "pre_ff_layernorm.weight"),
+    ("ssm_in", "mamba.in_proj"),
+    ("ssm_conv1d", "mamba.conv1d"),
+    ("ssm_a", "mamba.A"),
+    ("ssm_d", "mamba.D"),
+    ("ssm_dt.bias", "mamba.dt_bias"),
+    ("ssm_norm", "mamba.norm"),
+    ("ssm_out", "mamba.out_proj"),
+    ("ffn_gate", "feed_forward.gate_proj"),
+    ("ffn_up", "feed_forward.up_proj"),
+    ("ffn_down", "feed_forward.down_proj"),
+];
+
+/// llama.cpp's metadata: the mixer's sizes; which optional tensors (norm, biases) exist.
+fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
+    let key = |k: &str| format!("falcon-h1.{k}");
+    let req = |k: &str| g.require_u64(&key(k));
+    let has = |t: &str| g.tensors.contains_key(&format!("blk.0.{t}"));
+    let (heads, inner) = (req("ssm.time_step_rank")?, req("ssm.inner_size")?);
+    c["mamba_n_heads"] = heads.into();
+    c["mamba_d_ssm"] = inner.into();
+    c["mamba_d_head"] = (inner / heads.max(1)).into();
+    c["mamba_d_state"] = req("ssm.state_size")?.into();
+    c["mamba_n_groups"] = req("ssm.group_count")?.into();
+    c["mamba_d_conv"] = req("ssm.conv_kernel")?.into();
+    c["mamba_rms_norm"] = has("ssm_norm.weight").into();
+    c["mamba_norm_before_gate"] = false.into();
+    c["mamba_conv_bias"] = has("ssm_conv1d.bias").into();
+    c["mamba_proj_bias"] = has("ssm_in.bias").into();
+    c["projectors_bias"] = has("ssm_out.bias").into();
+    c["attention_bias"] = has("attn_q.bias").into();
+    c["mlp_bias"] = has("ffn_gate.bias").into();
+    Ok(())
+}
 
 /// A Falcon-H1 layer's two mixers and their multipliers.
 pub struct ParallelMixer {
@@ -158,6 +203,11 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
         .ok_or_else(|| Error::msg(format!("config: hidden_act {act_name:?} is not supported")))?;
     let (hidden, hd, eps) = (c.hidden_size, c.head_dim(), c.rms_norm_eps);
     let dims = mamba_dims(config, hidden)?;
+    let mut ck = ck.clone();
+    if ck.format == Format::Gguf {
+        ck.rename("model.norm.weight", "model.final_layernorm.weight")?;
+    }
+    let ck = &ck;
     let mamba = Mamba2Options {
         in_bias: flag("mamba_proj_bias", false),
         out_bias: flag("projectors_bias", false),

@@ -216,8 +216,9 @@ fn gemma3() {
     check_real("gemma3");
 }
 
-/// Tiny Qwen3.5, Qwen3.5-MoE and LFM2 models converted by llama.cpp's own `convert_hf_to_gguf.py`
-/// (`qwen35`, `qwen35moe`, `lfm2`; made by `scripts/make_tiny_gguf_llamacpp.sh`): llama.cpp stores the
+/// Tiny Qwen3.5, Qwen3.5-MoE, LFM2, Nemotron-H and Falcon-H1 models converted by llama.cpp's own
+/// `convert_hf_to_gguf.py` (made by `scripts/make_tiny_gguf_llamacpp.sh`; Falcon-H1 with its
+/// multipliers folded into the weights): llama.cpp stores the
 /// norms as `1 + w`, `A` as `−exp(A_log)`, `dt_bias` as `ssm_dt.bias`, stacks the experts, and
 /// reorders the value heads (4 value heads over 2 key heads here) for its broadcasts. Our
 /// forward on each must equal our forward on the safetensors it came from.
@@ -229,6 +230,7 @@ fn hybrids_converted_by_llama_cpp() {
         ("lfm2", "Lfm2ForCausalLM"),
         ("nemotron_h", "NemotronHForCausalLM"),
         ("nemotron_h_moe", "NemotronHForCausalLM"),
+        ("falcon_h1", "FalconH1ForCausalLM"),
     ] {
         same_as_safetensors(&test_data(&format!("data/tiny/{arch}")), arch, class);
     }
