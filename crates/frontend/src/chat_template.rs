@@ -238,8 +238,9 @@ fn rewrite_generation_tags(source: &str) -> String {
     let mut out = String::with_capacity(source.len());
     let mut rest = source;
     while let Some(start) = rest.find("{%") {
-        let Some(len) = rest[start..].find("%}") else { break };
-        let tag = &rest[start..start + len + 2];
+        // The closing `%}` after the opening one (`{%}` is no tag: its `%` is the opener's).
+        let Some(len) = rest[start + 2..].find("%}") else { break };
+        let tag = &rest[start..start + 2 + len + 2];
         let inner = &tag[2..tag.len() - 2];
         let body = inner.trim_start_matches(['-', '+']).trim_end_matches(['-', '+']).trim();
         out.push_str(&rest[..start]);
@@ -248,7 +249,7 @@ fn rewrite_generation_tags(source: &str) -> String {
             "endgeneration" => out.push_str(&tag.replacen("endgeneration", "endif", 1)),
             _ => out.push_str(tag),
         }
-        rest = &rest[start + len + 2..];
+        rest = &rest[start + tag.len()..];
     }
     out.push_str(rest);
     out
@@ -321,6 +322,17 @@ mod tests {
         let src = "{%- for m in messages %}A{% generation -%}\n  {{ m.content }}{%- endgeneration %}B{% endfor %}";
         let out = render(src, json!([{"role": "assistant", "content": "x"}]), json!({})).unwrap();
         assert_eq!(out, "AxB");
+    }
+
+    /// Found by the `tokenizer_config` fuzz target: `{%}` (an opener whose `%` looks like a
+    /// closer) panicked the rewrite; such a template is now only a template error.
+    #[test]
+    fn a_tag_that_closes_inside_its_opener_is_no_tag() {
+        assert_eq!(rewrite_generation_tags("a{%}b"), "a{%}b");
+        // The opener runs to the next `%}`, as Jinja's lexer reads it.
+        let src = "{%}{% generation %}x{% endgeneration %}";
+        assert_eq!(rewrite_generation_tags(src), "{%}{% generation %}x{% endif %}");
+        assert!(render("{%}", json!([]), json!({})).is_err());
     }
 
     #[test]
