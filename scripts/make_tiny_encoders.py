@@ -48,7 +48,7 @@ ARCHS = {
                             classifier_pooling='mean', num_labels=3)),
 }
 # The heads the server tests use (their tokenizer and answers).
-SERVED = ['bert_cls', 'xlm_roberta_cls']
+SERVED = ['bert_cls', 'xlm_roberta_cls', 'modernbert_cls']
 LENS = [1, 5, 17, 40, 64]
 # Texts the server tests send to the heads (tokenized by the tiny tokenizer below).
 TEXTS = ['the cat sat', 'a dog ran far away', 'xyz', 'quiet blue sea and sky']
@@ -57,11 +57,15 @@ PAIRS = [('what is a cat', 'the cat sat'), ('what is a cat', 'a dog ran far away
 
 def tiny_tokenizer(name, vocab_size):
     """A WordPiece tokenizer.json over letters, for server tests of the heads: BERT's specials and
-    [CLS] a [SEP] b [SEP] with type ids 0/1, or XLM-R's <s> a </s></s> b </s> (pad id 1)."""
+    [CLS] a [SEP] b [SEP] with type ids 0/1 (ModernBERT: the same, its specials in its config's
+    order: pad 0, cls 1, sep 2), or XLM-R's <s> a </s></s> b </s> (pad id 1)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     letters = [chr(c) for c in range(ord('a'), ord('z') + 1)]
-    if name.startswith('bert'):
+    bert_like = name.startswith(('bert', 'modernbert'))
+    if bert_like:
         specials = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+        if name.startswith('modernbert'):
+            specials = ['[PAD]', '[CLS]', '[SEP]', '[UNK]', '[MASK]']
         unk, bos, eos = '[UNK]', '[CLS]', '[SEP]'
     else:
         specials = ['<s>', '<pad>', '</s>', '<unk>']
@@ -72,7 +76,7 @@ def tiny_tokenizer(name, vocab_size):
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     ids = {t: i for i, t in enumerate(vocab)}
-    if name.startswith('bert'):
+    if bert_like:
         tok.post_processor = processors.BertProcessing((eos, ids[eos]), (bos, ids[bos]))
     else:
         tok.post_processor = processors.RobertaProcessing((eos, ids[eos]), (bos, ids[bos]))
@@ -87,8 +91,9 @@ def server_golden(name, model, out):
     def logits(enc):
         with torch.no_grad():
             ids = torch.tensor([enc.ids])
-            types = torch.tensor([enc.type_ids])
-            return model(input_ids=ids, token_type_ids=types).logits[0]
+            # ModernBERT has no token types (its forward takes none).
+            kw = {} if name.startswith('modernbert') else {'token_type_ids': torch.tensor([enc.type_ids])}
+            return model(input_ids=ids, **kw).logits[0]
 
     g = {'texts': TEXTS, 'pairs': PAIRS}
     g['probs'] = [torch.softmax(logits(tok.encode(t)), -1).tolist() for t in TEXTS]

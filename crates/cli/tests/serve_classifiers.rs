@@ -20,9 +20,10 @@ fn close(got: &Value, want: &Value) {
     assert!((g - w).abs() < 1e-5, "{g} vs {w}");
 }
 
-#[test]
-fn classify_returns_transformers_probabilities() {
-    let (s, g) = serve("bert_cls");
+/// `/classify` on the tiny three-label head `name` gives transformers' probabilities and the
+/// label (of `labels`) of the largest; returns the server.
+fn check_classify(name: &str, labels: [&str; 3]) -> Server {
+    let (s, g) = serve(name);
     let r = s.ok("/classify", &json!({"input": g["texts"]}));
     for (i, want) in g["probs"].as_array().unwrap().iter().enumerate() {
         let d = &r["data"][i];
@@ -32,8 +33,14 @@ fn classify_returns_transformers_probabilities() {
             close(p, w);
         }
         let best = (0..3).max_by(|&a, &b| want[a].as_f64().unwrap().total_cmp(&want[b].as_f64().unwrap())).unwrap();
-        assert_eq!(d["label"], ["neg", "neutral", "pos"][best]);
+        assert_eq!(d["label"], labels[best]);
     }
+    s
+}
+
+#[test]
+fn classify_returns_transformers_probabilities() {
+    let s = check_classify("bert_cls", ["neg", "neutral", "pos"]);
     // Three labels: no single relevance score; embeddings are not this model's job.
     for (path, body) in [
         ("/score", json!({"text_1": "a", "text_2": "b"})),
@@ -43,6 +50,16 @@ fn classify_returns_transformers_probabilities() {
         let (status, r) = s.post(path, &body);
         assert_eq!(status, 400, "{path}: {r}");
     }
+}
+
+/// ModernBERT's sequence classifier (no token types, a mean-pooled ReLU head, local and global
+/// attention layers) behind the server.
+#[test]
+fn modernbert_classifies_as_transformers_does() {
+    // No id2label in its config: transformers' default names.
+    let s = check_classify("modernbert_cls", ["LABEL_0", "LABEL_1", "LABEL_2"]);
+    let (status, r) = s.post("/v1/embeddings", &json!({"input": "a"}));
+    assert_eq!(status, 400, "{r}");
 }
 
 #[test]
