@@ -191,7 +191,11 @@ pub fn compile(model: &ModelContext, spec: &GrammarSpec, param: &str) -> ApiResu
     let compiler = model.grammar_compiler().map_err(|e| {
         ApiError::invalid(param, format!("Structured outputs are not available for this model's tokenizer: {e}"))
     })?;
-    compiler.compile(spec).map_err(|e| ApiError::invalid(param, format!("Invalid grammar specification: {e}")))
+    let started = std::time::Instant::now();
+    let grammar =
+        compiler.compile(spec).map_err(|e| ApiError::invalid(param, format!("Invalid grammar specification: {e}")))?;
+    tracing::debug!("{param}: grammar compiled in {:.2} ms", started.elapsed().as_secs_f64() * 1e3);
+    Ok(grammar)
 }
 
 #[cfg(test)]
