@@ -60,7 +60,7 @@ def make(arch, out_root):
                 p.copy_(STD / config.hidden_size ** 0.5 * noise)
             else:
                 p.copy_(STD * noise)
-            if name.endswith(MXFP4_EXPERTS):
+            if spec['class'] == 'GptOssForCausalLM' and name.endswith(MXFP4_EXPERTS):
                 p.copy_(mxfp4_dequantize(*mxfp4_quantize(p.transpose(1, 2))).transpose(1, 2))
         for name, b in model.named_buffers():
             # DeepSeek-V3's router bias is a buffer; zeros would leave it untested.

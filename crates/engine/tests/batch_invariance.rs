@@ -220,6 +220,13 @@ fn nemotron_h_moe_batch_invariance() {
 }
 
 #[test]
+fn kimi_linear_batch_invariance() {
+    // Kimi Linear: delta attention with a decay per key channel, latent attention without
+    // rotation, sigmoid-routed experts.
+    batch_invariance("tiny/kimi_linear");
+}
+
+#[test]
 fn falcon_h1_batch_invariance() {
     // Falcon-H1: Mamba-2 and attention side by side in every layer, two cache layers each (a
     // recurrent state and K/V) in two groups.

@@ -13,14 +13,16 @@ use crate::isa::Tier;
 /// One token of the gated delta rule for one value head, as transformers'
 /// `torch_recurrent_gated_delta_rule`: with `S` the `dk × dv` state (row `i` for key index `i`),
 /// `S ← decay·S`; `delta = beta·(v − Sᵀk)`; `S ← S + k ⊗ delta`; `out = Sᵀq`.
-/// `q` and `k` come L2-normalised (and `q` scaled by `1/√dk`) from the caller.
+/// `q` and `k` come L2-normalised (and `q` scaled by `1/√dk`) from the caller. `decay` is one
+/// factor for the whole state (gated delta-net) or one per key row, `dk` of them (Kimi's delta
+/// attention, `recurrent_kimi_delta_attention`).
 #[allow(clippy::too_many_arguments)]
 pub fn gated_delta_step(
     state: &mut [f32],
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    decay: f32,
+    decay: &[f32],
     beta: f32,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
@@ -36,13 +38,14 @@ pub fn gated_delta_step_on(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    decay: f32,
+    decay: &[f32],
     beta: f32,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) {
     let (dk, dv) = (k.len(), v.len());
     assert!(state.len() == dk * dv && q.len() == dk && out.len() == dv);
+    assert!(decay.len() == 1 || decay.len() == dk, "one decay, or one per key row");
     scratch.resize(dv, 0.0);
     let args = DeltaArgs { state, q, k, v, decay, beta, delta: scratch, out };
     match tier {
@@ -61,7 +64,7 @@ struct DeltaArgs<'a> {
     q: &'a [f32],
     k: &'a [f32],
     v: &'a [f32],
-    decay: f32,
+    decay: &'a [f32],
     beta: f32,
     delta: &'a mut [f32],
     out: &'a mut [f32],
@@ -74,9 +77,11 @@ fn delta_body(a: DeltaArgs) {
     let dv = a.v.len();
     let mem = &mut *a.delta;
     mem.iter_mut().for_each(|m| *m = 0.0);
-    for (row, &ki) in a.state.chunks_exact_mut(dv).zip(a.k) {
+    let per_row = a.decay.len() > 1;
+    for (i, (row, &ki)) in a.state.chunks_exact_mut(dv).zip(a.k).enumerate() {
+        let decay = a.decay[if per_row { i } else { 0 }];
         for (s, m) in row.iter_mut().zip(mem.iter_mut()) {
-            *s *= a.decay;
+            *s *= decay;
             *m += *s * ki;
         }
     }
@@ -206,9 +211,12 @@ mod tests {
     use crate::testing::rand_vec;
 
     /// The rule as transformers writes it, in f64: decay, read, update, read.
-    fn reference(s: &mut [f64], q: &[f32], k: &[f32], v: &[f32], decay: f32, beta: f32) -> Vec<f64> {
+    fn reference(s: &mut [f64], q: &[f32], k: &[f32], v: &[f32], decay: &[f32], beta: f32) -> Vec<f64> {
         let (dk, dv) = (k.len(), v.len());
-        s.iter_mut().for_each(|x| *x *= decay as f64);
+        for (i, row) in s.chunks_exact_mut(dv).enumerate() {
+            let d = decay[if decay.len() > 1 { i } else { 0 }];
+            row.iter_mut().for_each(|x| *x *= d as f64);
+        }
         let mut out = vec![0.0; dv];
         for j in 0..dv {
             let mem: f64 = (0..dk).map(|i| s[i * dv + j] * k[i] as f64).sum();
@@ -223,6 +231,16 @@ mod tests {
 
     #[test]
     fn gated_delta_matches_the_reference_and_every_tier_the_scalar_bits() {
+        gated_delta_case(false);
+    }
+
+    /// Kimi's delta attention: a decay per key row.
+    #[test]
+    fn per_row_decay_matches_the_reference_and_every_tier_the_scalar_bits() {
+        gated_delta_case(true);
+    }
+
+    fn gated_delta_case(per_row: bool) {
         let (dk, dv) = (24, 40);
         let mut s64: Vec<f64> = rand_vec(dk * dv, 1).iter().map(|&x| x as f64).collect();
         let mut states: Vec<Vec<f32>> =
@@ -230,12 +248,16 @@ mod tests {
         let mut scratch = Vec::new();
         for t in 0..20u64 {
             let (q, k, v) = (rand_vec(dk, 10 + t), rand_vec(dk, 40 + t), rand_vec(dv, 70 + t));
-            let (decay, beta) = (0.8 + 0.01 * t as f32, 0.3 + 0.02 * t as f32);
-            let want = reference(&mut s64, &q, &k, &v, decay, beta);
+            let beta = 0.3 + 0.02 * t as f32;
+            let decay: Vec<f32> = match per_row {
+                false => vec![0.8 + 0.01 * t as f32],
+                true => rand_vec(dk, 90 + t).iter().map(|x| 0.85 + 0.1 * x).collect(),
+            };
+            let want = reference(&mut s64, &q, &k, &v, &decay, beta);
             let mut outs = vec![];
             for (tier, state) in Tier::available().into_iter().zip(&mut states) {
                 let mut out = vec![0.0; dv];
-                gated_delta_step_on(tier, state, &q, &k, &v, decay, beta, &mut scratch, &mut out);
+                gated_delta_step_on(tier, state, &q, &k, &v, &decay, beta, &mut scratch, &mut out);
                 outs.push(out);
             }
             for (tier, out) in Tier::available().iter().zip(&outs) {

@@ -215,7 +215,10 @@ fn recurrent_steps() {
         for t in 0..tokens as u64 {
             let (q, k, v) = (rand_vec(dk, 10 + t), rand_vec(dk, 20 + t), rand_vec(dv, 30 + t));
             let mut out = vec![0.0; dv];
-            be.gated_delta_step(&mut state, &q, &k, &v, 0.9, 0.3, &mut scratch, &mut out);
+            // One decay for the state (gated delta-net), then one per key row (Kimi's).
+            let decay =
+                if t % 2 == 0 { vec![0.9] } else { rand_vec(dk, 40 + t).iter().map(|x| 0.9 + 0.05 * x).collect() };
+            be.gated_delta_step(&mut state, &q, &k, &v, &decay, 0.3, &mut scratch, &mut out);
             outs.push(out);
         }
         (state, outs)

@@ -32,6 +32,8 @@ pub enum Mixer {
     ShortConv(crate::short_conv::ShortConv),
     /// Mamba-2's selective state space.
     Mamba2(crate::mamba2::Mamba2),
+    /// Kimi delta attention: gated delta-net with a decay per key channel.
+    Kda(Box<crate::kda::KimiDeltaAttention>),
     /// Mamba-2 and attention side by side on the same input (Falcon-H1): two cache layers.
     Parallel(Box<crate::falcon_h1::ParallelMixer>),
     /// The block has no mixer half (Nemotron-H's MLP blocks).
@@ -53,6 +55,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(a) => vec![a.kv_cache_spec()],
             Mixer::ShortConv(a) => vec![a.kv_cache_spec()],
             Mixer::Mamba2(a) => vec![a.kv_cache_spec()],
+            Mixer::Kda(a) => vec![a.kv_cache_spec()],
             Mixer::Parallel(p) => p.kv_cache_specs(),
             // Nothing cached: an empty recurrent state, which takes no memory.
             Mixer::None => vec![KvCacheSpec::Recurrent { state_elements: 0 }],
@@ -79,6 +82,7 @@ impl Mixer {
             Mixer::GatedDeltaNet(a) => a.forward(be, x, batch, kv, layer, &mut ws.gdn, out),
             Mixer::ShortConv(a) => a.forward(be, x, batch, kv, layer, &mut ws.short_conv, out),
             Mixer::Mamba2(a) => a.forward(be, x, batch, kv, layer, &mut ws.mamba2, out),
+            Mixer::Kda(a) => a.forward(be, x, batch, kv, layer, &mut ws.kda, out),
             Mixer::Parallel(p) => p.forward(be, x, batch, rope, kv, layer, ws, out),
             Mixer::None => unreachable!("the decoder skips absent halves"),
         }

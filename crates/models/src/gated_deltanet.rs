@@ -223,7 +223,7 @@ impl GatedDeltaNet {
             let q = &r[kh * dk..(kh + 1) * dk];
             let k = &r[d.key_dim() + kh * dk..d.key_dim() + (kh + 1) * dk];
             let v = &r[2 * d.key_dim() + h * dv..2 * d.key_dim() + (h + 1) * dv];
-            be.gated_delta_step(state, q, k, v, decay[t * nv + h], beta[t * nv + h], scratch, out);
+            be.gated_delta_step(state, q, k, v, &decay[t * nv + h..t * nv + h + 1], beta[t * nv + h], scratch, out);
         });
     }
 

@@ -187,6 +187,8 @@ pub struct AttentionBuffers {
     pub short_conv: crate::short_conv::ShortConvBuffers,
     /// Mamba-2 scratch.
     pub mamba2: crate::mamba2::Mamba2Buffers,
+    /// Kimi delta attention scratch.
+    pub kda: crate::kda::KdaBuffers,
     /// Falcon-H1's parallel mixer scratch.
     pub parallel: crate::falcon_h1::ParallelBuffers,
 }

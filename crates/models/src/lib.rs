@@ -18,6 +18,8 @@ pub mod gemma3;
 pub mod gpt2;
 pub mod gpt_oss;
 pub mod granite_hybrid;
+pub mod kda;
+pub mod kimi_linear;
 pub mod layers;
 pub mod lfm2;
 pub mod llama;

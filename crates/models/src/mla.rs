@@ -34,6 +34,9 @@ pub struct MlaShape {
     pub rope_factor: f32,
     /// Whether rotary pairs are adjacent (DeepSeek's layout) or half a rotary dimension apart.
     pub rope_interleaved: bool,
+    /// Whether the `qk_rope_head_dim` parts are rotated at all (Kimi Linear's MLA leaves them
+    /// as they are: its delta-attention layers carry the positions).
+    pub rotate: bool,
 }
 
 /// The query projection: direct, or low-rank through a normed bottleneck.
@@ -131,8 +134,10 @@ impl MlaAttention {
         for (t, row) in latent.chunks_exact_mut(lr).enumerate() {
             let (c, k_pe) = row.split_at_mut(l);
             be.rms_norm_rows(c, l, &self.kv_a_layernorm.weight, LORA_NORM_EPS, 0.0);
-            be.rope(k_pe, r, rope, t, s.rope_interleaved);
-            scale_by(be, k_pe, s.rope_factor);
+            if s.rotate {
+                be.rope(k_pe, r, rope, t, s.rope_interleaved);
+                scale_by(be, k_pe, s.rope_factor);
+            }
         }
         let group = &batch.groups[kv.group_of(layer)];
         be.write_kv(kv, layer, group.slot_mapping, latent, &[]);
@@ -146,8 +151,10 @@ impl MlaAttention {
                 let dst = &mut q_abs[(t * h + head) * lr..(t * h + head + 1) * lr];
                 dst[..l].copy_from_slice(&mla.out[t * l..(t + 1) * l]);
                 dst[l..].copy_from_slice(&q[(t * h + head) * qk + nope..(t * h + head + 1) * qk]);
-                be.rope(&mut dst[l..], r, rope, t, s.rope_interleaved);
-                scale_by(be, &mut dst[l..], s.rope_factor);
+                if s.rotate {
+                    be.rope(&mut dst[l..], r, rope, t, s.rope_interleaved);
+                    scale_by(be, &mut dst[l..], s.rope_factor);
+                }
             }
         }
         let params = AttentionParams {
@@ -242,5 +249,6 @@ pub fn shape_from_config(config: &serde_json::Value, num_heads: usize) -> Result
         scale: 1.0 / ((nope + rope) as f32).sqrt(),
         rope_factor: 1.0,
         rope_interleaved: true,
+        rotate: true,
     })
 }

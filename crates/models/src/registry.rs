@@ -32,6 +32,7 @@ pub const ARCHS: &[&ArchSpec] = &[
     &crate::granite_hybrid::GRANITE_MOE_HYBRID,
     &crate::falcon_h1::FALCON_H1,
     &crate::falcon_h1::FALCON_H1_NORMED,
+    &crate::kimi_linear::KIMI_LINEAR,
     &crate::gpt_oss::GPT_OSS,
 ];
 

@@ -191,6 +191,11 @@ fn nemotron_h_moe() {
 }
 
 #[test]
+fn kimi_linear() {
+    check_arch("kimi_linear", "KimiLinearForCausalLM");
+}
+
+#[test]
 fn falcon_h1() {
     check_arch("falcon_h1", "FalconH1ForCausalLM");
 }

@@ -1,0 +1,182 @@
+//! `KimiLinearForCausalLM` (Moonshot's Kimi Linear, 48B-A3B), after transformers'
+//! `modeling_kimi_linear.py`: pre-norm layers, most with Kimi delta attention (`kda.rs`), the
+//! others with multi-head latent attention (`mla.rs`) whose rotary part is left unrotated (the
+//! delta-attention layers carry the positions); a dense SwiGLU MLP on the first layers, then
+//! DeepSeek-V3-style experts (sigmoid router with a correction bias, groups by their best two,
+//! renormalized, scaled by `routed_scaling_factor`) with shared experts.
+//!
+//! Checkpoints and configs come as Moonshot released them (and as transformers saves them):
+//! `block_sparse_moe` with `experts.N.{w1,w3,w2}`, `{q,k,v}_conv1d`; `num_experts_per_token`,
+//! `num_expert_group`, `num_shared_experts`, `moe_renormalize`, `model_max_length`; the layer
+//! kinds as `layer_types` or `linear_attn_config` (1-based `kda_layers`, `full_attn_layers`).
+
+use crate::arch::{ArchSpec, TinySpec};
+use crate::checkpoint::Checkpoint;
+use crate::config::CommonConfig;
+use crate::decoder::{DecoderModel, Mixer};
+use crate::error::{Error, Result};
+use crate::kda::{self, KimiDeltaAttention};
+use crate::llama::{pre_norm_layer, pre_norm_model};
+use crate::mla::{self, MlaAttention};
+use crate::mlp::{Activation, FeedForward, GatedMlp};
+use crate::moe::{self, GroupLimit, GroupScore, MoeConfig, MoeNames, Scoring, SharedExpert, SparseMoe};
+use serde_json::Value;
+
+pub const KIMI_LINEAR: ArchSpec = ArchSpec {
+    hf_class: "KimiLinearForCausalLM",
+    gguf_arch: None,
+    load,
+    gguf_modules: &[],
+    gguf_config: None,
+    tiny: TinySpec {
+        name: "kimi_linear",
+        config_class: "KimiLinearConfig",
+        seed: 150,
+        config: r#"{"num_hidden_layers": 3, "intermediate_size": 96, "num_key_value_heads": 4,
+            "q_lora_rank": null, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+            "num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24, "n_shared_experts": 1,
+            "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5, "rms_norm_eps": 1e-5,
+            "linear_num_heads": 4, "linear_head_dim": 16, "linear_conv_kernel_dim": 4,
+            "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+            "mlp_layer_types": ["dense", "sparse", "sparse"], "tie_word_embeddings": false}"#,
+        norm_center: 1.0,
+        scaled_embed: false,
+    },
+};
+
+/// The experts as Moonshot names them: `block_sparse_moe.experts.N.{w1, w3, w2}`.
+const NAMES: MoeNames = MoeNames { block: "block_sparse_moe", proj: ["w1", "w3", "w2"] };
+
+/// Moonshot's config names of keys the shared loaders read under transformers' usual names.
+const ALIASES: &[(&str, &str)] = &[
+    ("num_experts_per_token", "num_experts_per_tok"),
+    ("num_expert_group", "n_group"),
+    ("num_shared_experts", "n_shared_experts"),
+    ("moe_renormalize", "norm_topk_prob"),
+    ("model_max_length", "max_position_embeddings"),
+];
+
+fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    let mut config = config.clone();
+    for (released, usual) in ALIASES {
+        if config.get(usual).is_none_or(Value::is_null) && config.get(released).is_some() {
+            config[usual] = config[released].clone();
+        }
+    }
+    let config = &config;
+    refuse_unsupported(config)?;
+    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    c.validate()?;
+    let (hidden, eps) = (c.hidden_size, c.rms_norm_eps);
+    let kinds = layer_kinds(config, c.num_hidden_layers)?;
+    let kda_dims = kda::dims_from_config(config)?;
+    let mut mla_shape = mla::shape_from_config(config, c.num_attention_heads)?;
+    mla_shape.rotate = false;
+    let moe = MoeConfig::parse(config, true)?;
+    let expert_inter = moe::config_usize(config, "moe_intermediate_size")?;
+    let shared = moe::config_usize(config, "n_shared_experts").unwrap_or(0) * expert_inter;
+    let group = GroupLimit::parse(config, moe.num_experts, GroupScore::SumTop2)?;
+    let scale = moe::routed_scaling_factor(config)?;
+    let mut layers = Vec::with_capacity(kinds.len());
+    for (i, (linear, sparse)) in kinds.into_iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        let attn = format!("{p}.self_attn");
+        let mixer = match linear {
+            true => Mixer::Kda(Box::new(KimiDeltaAttention::load(ck, &attn, hidden, kda_dims, eps)?)),
+            false => Mixer::Mla(MlaAttention::load(ck, &attn, hidden, mla_shape)?),
+        };
+        let ffn = match sparse {
+            true => {
+                let mut block = SparseMoe::load(ck, &p, NAMES, &moe, hidden, expert_inter)?;
+                let m = format!("{p}.{}", NAMES.block);
+                block.scoring = Scoring::Sigmoid;
+                block.correction_bias = Some(ck.vector(&format!("{m}.gate.e_score_correction_bias"), moe.num_experts)?);
+                block.group_limit = Some(group);
+                block.routed_scaling_factor = scale;
+                if shared > 0 {
+                    block.shared_expert = Some(SharedExpert::load(ck, &m, "shared_experts", hidden, shared, None)?);
+                }
+                FeedForward::Moe(Box::new(block))
+            }
+            // Transformers saves the dense MLP under the experts' module name too.
+            false => {
+                let m = if ck.contains(&format!("{p}.mlp.gate_proj.weight")) { "mlp" } else { NAMES.block };
+                FeedForward::Gated(GatedMlp::load(
+                    ck,
+                    &format!("{p}.{m}"),
+                    hidden,
+                    c.intermediate_size,
+                    Activation::Silu,
+                )?)
+            }
+        };
+        layers.push(pre_norm_layer(ck, &p, &c, mixer, ffn)?);
+    }
+    let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
+    // No rotation anywhere: the table is never read.
+    pre_norm_model(ck, config, &c, embed, layers, mla_shape.qk_rope_head_dim)
+}
+
+/// Options of the released configs this implementation does not have.
+fn refuse_unsupported(config: &Value) -> Result<()> {
+    let is = |k: &str, v: Value| config.get(k).is_some_and(|x| *x == v);
+    let checks = [
+        (is("mla_use_nope", false.into()), "mla_use_nope = false (rotary latent attention)"),
+        (is("attention_bias", true.into()), "attention_bias = true"),
+        (config.get("hidden_act").is_some_and(|a| a != "silu"), "hidden_act other than silu"),
+        (
+            config.get("moe_router_activation_func").is_some_and(|a| a != "sigmoid"),
+            "moe_router_activation_func other than sigmoid",
+        ),
+        (config.get("moe_layer_freq").is_some_and(|f| f.as_u64() != Some(1)), "moe_layer_freq other than 1"),
+    ];
+    match checks.iter().find(|(bad, _)| *bad) {
+        Some((_, what)) => Err(Error::msg(format!("config: {what} is not supported for Kimi Linear"))),
+        None => Ok(()),
+    }
+}
+
+/// Per layer: (delta attention?, experts?), from `layer_types` / `mlp_layer_types`, or the
+/// released `linear_attn_config` (1-based layer lists) and `first_k_dense_replace`.
+fn layer_kinds(config: &Value, n: usize) -> Result<Vec<(bool, bool)>> {
+    let attention: Vec<bool> = match config["layer_types"].as_array() {
+        Some(types) => types.iter().map(|t| t == "linear_attention").collect(),
+        None => {
+            let full = config["linear_attn_config"]["full_attn_layers"].as_array().ok_or_else(|| {
+                Error::msg("config: missing field `layer_types` (or linear_attn_config.full_attn_layers)")
+            })?;
+            let full: Vec<u64> = full.iter().filter_map(Value::as_u64).collect();
+            (1..=n as u64).map(|l| !full.contains(&l)).collect()
+        }
+    };
+    let mlp: Vec<bool> = match config["mlp_layer_types"].as_array() {
+        Some(types) => types.iter().map(|t| t == "sparse").collect(),
+        None => {
+            let dense = config["first_k_dense_replace"].as_u64().unwrap_or(1) as usize;
+            (0..n).map(|i| i >= dense).collect()
+        }
+    };
+    if attention.len() != n || mlp.len() != n {
+        return Err(Error::msg(format!(
+            "config: the layer kinds list {} and {} layers, not {n}",
+            attention.len(),
+            mlp.len()
+        )));
+    }
+    Ok(attention.into_iter().zip(mlp).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn released_configs_name_the_layers_by_lists() {
+        let c = json!({"linear_attn_config": {"full_attn_layers": [2, 4], "kda_layers": [1, 3]}, "first_k_dense_replace": 1});
+        assert_eq!(layer_kinds(&c, 4).unwrap(), vec![(true, false), (false, true), (true, true), (false, true)]);
+        let e = refuse_unsupported(&json!({"mla_use_nope": false})).unwrap_err().to_string();
+        assert!(e.contains("mla_use_nope = false"), "{e}");
+        assert!(layer_kinds(&json!({"layer_types": ["linear_attention"]}), 2).is_err());
+    }
+}
