@@ -229,7 +229,11 @@ impl Gpu {
     }
 
     /// Rows `ids` of `w` into `out` (`ids × w.cols`), times `scale` unless it is 1.
-    pub fn embedding(
+    ///
+    /// # Safety
+    /// Every id must be below `w.rows` (the ids are on the device: checking them here would
+    /// stall the stream).
+    pub unsafe fn embedding(
         &self,
         w: &DeviceWeight,
         ids: &CudaSlice<u32>,
@@ -240,8 +244,6 @@ impl Gpu {
         if ids.is_empty() {
             return Ok(());
         }
-        // The ids are not read back to check them here (that would stall the stream): the
-        // caller passes ids below w.rows, as the tokenizer's vocabulary guarantees.
         let (rb, cols) = (w.row_bytes() as u64, i32_of(w.cols, "cols")?);
         let mut b = self.stream.launch_builder(self.function(&format!("embedding_{}", w.suffix())));
         b.arg(&w.bytes).arg(&rb).arg(ids).arg(&cols).arg(&scale).arg(out);
@@ -314,8 +316,13 @@ impl Gpu {
 
     /// Writes `tokens` K/V rows of `row` values into their cache slots (`v` and `v_cache`
     /// absent for a cache without V rows).
+    ///
+    /// # Safety
+    /// Every slot must lie in the caches: `(slot + 1) · row` values of `dtype` within each (the
+    /// slot mapping is on the device, uploaded once per step for every layer: checking it here
+    /// would stall the stream).
     #[allow(clippy::too_many_arguments)]
-    pub fn write_kv(
+    pub unsafe fn write_kv(
         &self,
         dtype: KvDtype,
         k_cache: &mut CudaSlice<u8>,
@@ -347,7 +354,7 @@ impl Gpu {
             None => b.arg(&null),
         };
         b.arg(&t).arg(&r);
-        // SAFETY: every slot lies in the cache (the block tables hand out valid blocks).
+        // SAFETY: every slot lies in the caches (the caller's contract).
         unsafe { b.launch(launch_cfg(((tokens * row).div_ceil(256), 1), 256)?) }.ctx("write_kv")?;
         Ok(())
     }
