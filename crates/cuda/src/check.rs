@@ -103,6 +103,7 @@ pub fn run(gpu: &Gpu) -> Result<Vec<CheckResult>> {
     quantize(gpu, &mut out)?;
     matmuls(gpu, &mut out)?;
     attention(gpu, &mut out)?;
+    refusals(gpu, &mut out)?;
     Ok(out)
 }
 
@@ -170,7 +171,8 @@ fn embedding(gpu: &Gpu, out: &mut Vec<CheckResult>) -> Result<()> {
             scalar().embedding(&w, &ids, scale, &mut want);
             let (dw, di) = (DeviceWeight::upload(gpu, &w)?, gpu.upload(&ids)?);
             let mut dout = gpu.zeros(ids.len() * 512)?;
-            gpu.embedding(&dw, &di, scale, &mut dout)?;
+            // SAFETY: the ids are below the table's 50 rows.
+            unsafe { gpu.embedding(&dw, &di, scale, &mut dout)? };
             out.push(compare(format!("embedding {} scale {scale}", ty.name()), &gpu.download(&dout)?, &want, 1e-6));
         }
     }
@@ -291,15 +293,9 @@ fn attention(gpu: &Gpu, out: &mut Vec<CheckResult>) -> Result<()> {
             let bytes = num_blocks * bs * row * dtype.size();
             let (mut dk, mut dv) = (gpu.zeros::<u8>(bytes)?, gpu.zeros::<u8>(bytes)?);
             let slots32: Vec<u32> = slots.iter().map(|&s| s as u32).collect();
-            gpu.write_kv(
-                dtype,
-                &mut dk,
-                Some(&mut dv),
-                &gpu.upload(&slots32)?,
-                &gpu.upload(&k)?,
-                Some(&gpu.upload(&v)?),
-                row,
-            )?;
+            let (ds, dkk, dvv) = (gpu.upload(&slots32)?, gpu.upload(&k)?, gpu.upload(&v)?);
+            // SAFETY: the slots are those of the tables, inside the cache's num_blocks.
+            unsafe { gpu.write_kv(dtype, &mut dk, Some(&mut dv), &ds, &dkk, Some(&dvv), row)? };
             let name = format!("{heads}/{kvh} heads x {hd} block {bs} {}", dtype.name());
             out.push(compare_exact(format!("write_kv {name}: K bytes"), &gpu.download(&dk)?, &cache.layer(0).k));
             out.push(compare_exact(format!("write_kv {name}: V bytes"), &gpu.download(&dv)?, &cache.layer(0).v));
@@ -347,9 +343,63 @@ fn gpu_attention(
     seqs: &[SeqAttention],
     p: &AttentionParams,
 ) -> Result<Vec<f32>> {
-    let mut batch = PagedBatch::upload(gpu, seqs, p.num_heads)?;
+    let mut batch = PagedBatch::upload(gpu, seqs, p.num_heads, bs)?;
     let sinks = p.sinks.as_ref().map(|s| gpu.upload(s)).transpose()?;
     let mut dout = gpu.zeros(q.len())?;
-    gpu.paged_attention(&gpu.upload(q)?, dtype, k, v, bs, &mut batch, p, sinks.as_ref(), &mut dout)?;
+    gpu.paged_attention(&gpu.upload(q)?, dtype, k, v, &mut batch, p, sinks.as_ref(), &mut dout)?;
     gpu.download(&dout)
+}
+
+/// A check that `result` is an error (a call the shape checks must refuse before launching).
+fn refused(name: String, result: Result<()>) -> CheckResult {
+    let passed = result.is_err();
+    CheckResult {
+        name: format!("{name}: {}", result.err().map_or("ACCEPTED".into(), |e| format!("refused ({e})"))),
+        values: 1,
+        max_abs_diff: 0.0,
+        max_abs_ref: 0.0,
+        bits_differ: usize::from(!passed),
+        tolerance: 0.0,
+        passed,
+    }
+}
+
+/// Paged attention refuses tables that reach past the cache or past q (the kernel cannot check
+/// them), and accepts the same call with a cache and q that hold them.
+fn refusals(gpu: &Gpu, out: &mut Vec<CheckResult>) -> Result<()> {
+    let (heads, kvh, hd, bs, dtype) = (4, 2, 16, 4, KvDtype::F32);
+    let p = AttentionParams {
+        num_heads: heads,
+        num_kv_heads: kvh,
+        head_dim: hd,
+        scale: 0.25,
+        sliding_window: None,
+        softcap: None,
+        sinks: None,
+    };
+    let block_bytes = bs * kvh * hd * dtype.size();
+    // 6 tokens in blocks 1 and 3 of the table [1, 3, 99] (99 unused): the caches need 4 blocks.
+    let table = [1u32, 3, 99];
+    let seqs = [SeqAttention { query_start: 1, query_len: 2, seq_len: 6, block_table: &table }];
+    let q = rand_vec(3 * heads * hd, 30);
+    let attend = |cache_blocks: usize, q_rows: usize| -> Result<()> {
+        let (k, v) = (gpu.upload(&vec![0u8; cache_blocks * block_bytes])?, gpu.upload(&vec![0u8; 4 * block_bytes])?);
+        let mut batch = PagedBatch::upload(gpu, &seqs, heads, bs)?;
+        let (dq, mut dout) = (gpu.upload(&q[..q_rows * heads * hd])?, gpu.zeros(q_rows * heads * hd)?);
+        gpu.paged_attention(&dq, dtype, &k, &v, &mut batch, &p, None, &mut dout)
+    };
+    out.push(refused("paged_attention: a table past the K cache (block 3 of 3)".into(), attend(3, 3)));
+    out.push(refused("paged_attention: query rows past q (rows 1..3 of 2)".into(), attend(4, 2)));
+    let accepted = attend(4, 3);
+    out.push(compare_exact(
+        format!("paged_attention: the same call within the caches and q is accepted ({accepted:?})"),
+        &[accepted.is_ok()],
+        &[true],
+    ));
+    let short = [SeqAttention { query_start: 0, query_len: 1, seq_len: 9, block_table: &table[..2] }];
+    out.push(refused(
+        "PagedBatch::upload: 9 tokens in a table of 2 blocks of 4".into(),
+        PagedBatch::upload(gpu, &short, heads, bs).map(|_| ()),
+    ));
+    Ok(())
 }

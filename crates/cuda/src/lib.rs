@@ -25,7 +25,7 @@ mod ops;
 #[cfg(feature = "cuda")]
 pub use gpu::{Error, Gpu};
 #[cfg(feature = "cuda")]
-pub use ops::{DeviceActs, DeviceWeight, PagedBatch};
+pub use ops::{DeviceActs, DeviceWeight, PagedBatch, TableExtent};
 
 /// Whether this build has the CUDA runtime (the `cuda` feature).
 pub const BUILT_WITH_CUDA: bool = cfg!(feature = "cuda");

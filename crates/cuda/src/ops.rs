@@ -85,7 +85,46 @@ impl DeviceActs {
     }
 }
 
-/// The per-request tables of one paged-attention call, on the device.
+/// What the tables of a batch reach: the cache blocks they name for the requests' tokens (one
+/// past the largest block id; 0 when no token is in the cache) and the rows of q (one past the
+/// last query row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableExtent {
+    pub blocks: usize,
+    pub q_rows: usize,
+}
+
+impl TableExtent {
+    /// Checks each request against its table (no more queries than tokens, enough blocks for
+    /// the tokens) and measures what the tables reach for a cache of `block_size` positions per
+    /// block. Only the first `⌈seq_len / block_size⌉` entries of a table are read by the kernel,
+    /// so only those count.
+    pub fn of(seqs: &[SeqAttention], block_size: usize) -> Result<TableExtent> {
+        ensure(block_size > 0, || "paged attention: block_size 0".into())?;
+        let mut e = TableExtent { blocks: 0, q_rows: 0 };
+        for s in seqs {
+            let used = s.seq_len.div_ceil(block_size);
+            ensure(s.query_len <= s.seq_len && used <= s.block_table.len(), || {
+                format!(
+                    "paged attention: {} queries of {} tokens in {} blocks of {block_size}",
+                    s.query_len,
+                    s.seq_len,
+                    s.block_table.len()
+                )
+            })?;
+            if let Some(&max) = s.block_table[..used].iter().max() {
+                e.blocks = e.blocks.max(max as usize + 1);
+            }
+            if s.query_len > 0 {
+                e.q_rows = e.q_rows.max(s.query_start.saturating_add(s.query_len));
+            }
+        }
+        Ok(e)
+    }
+}
+
+/// The per-request tables of one paged-attention call, on the device, with what they reach
+/// (checked against the cache and q at each call, so the kernel never reads outside them).
 pub struct PagedBatch {
     pub num_seqs: usize,
     max_blocks: usize,
@@ -97,11 +136,16 @@ pub struct PagedBatch {
     /// Softmax scratch: a row of max_seq_len scores per (request, head).
     scores: CudaSlice<f32>,
     num_heads: usize,
+    block_size: usize,
+    extent: TableExtent,
 }
 
 impl PagedBatch {
-    /// The tables of `seqs` (the CPU kernel's description of a batch) for `num_heads` heads.
-    pub fn upload(gpu: &Gpu, seqs: &[SeqAttention], num_heads: usize) -> Result<PagedBatch> {
+    /// The tables of `seqs` (the CPU kernel's description of a batch) for `num_heads` heads
+    /// and a cache of `block_size` positions per block; refused where a request's table is
+    /// shorter than its tokens.
+    pub fn upload(gpu: &Gpu, seqs: &[SeqAttention], num_heads: usize, block_size: usize) -> Result<PagedBatch> {
+        let extent = TableExtent::of(seqs, block_size)?;
         let max_blocks = seqs.iter().map(|s| s.block_table.len()).max().unwrap_or(0).max(1);
         let max_seq_len = seqs.iter().map(|s| s.seq_len).max().unwrap_or(0).max(1);
         let mut tables = vec![0u32; seqs.len() * max_blocks];
@@ -121,7 +165,17 @@ impl PagedBatch {
             seq_lens: gpu.upload(&u32s(&|s| s.seq_len)?)?,
             scores: gpu.zeros(seqs.len() * num_heads * max_seq_len)?,
             num_heads,
+            block_size,
+            extent,
         })
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn extent(&self) -> TableExtent {
+        self.extent
     }
 }
 
@@ -229,7 +283,11 @@ impl Gpu {
     }
 
     /// Rows `ids` of `w` into `out` (`ids × w.cols`), times `scale` unless it is 1.
-    pub fn embedding(
+    ///
+    /// # Safety
+    /// Every id must be below `w.rows` (the ids are on the device: checking them here would
+    /// stall the stream).
+    pub unsafe fn embedding(
         &self,
         w: &DeviceWeight,
         ids: &CudaSlice<u32>,
@@ -240,8 +298,6 @@ impl Gpu {
         if ids.is_empty() {
             return Ok(());
         }
-        // The ids are not read back to check them here (that would stall the stream): the
-        // caller passes ids below w.rows, as the tokenizer's vocabulary guarantees.
         let (rb, cols) = (w.row_bytes() as u64, i32_of(w.cols, "cols")?);
         let mut b = self.stream.launch_builder(self.function(&format!("embedding_{}", w.suffix())));
         b.arg(&w.bytes).arg(&rb).arg(ids).arg(&cols).arg(&scale).arg(out);
@@ -314,8 +370,13 @@ impl Gpu {
 
     /// Writes `tokens` K/V rows of `row` values into their cache slots (`v` and `v_cache`
     /// absent for a cache without V rows).
+    ///
+    /// # Safety
+    /// Every slot must lie in the caches: `(slot + 1) · row` values of `dtype` within each (the
+    /// slot mapping is on the device, uploaded once per step for every layer: checking it here
+    /// would stall the stream).
     #[allow(clippy::too_many_arguments)]
-    pub fn write_kv(
+    pub unsafe fn write_kv(
         &self,
         dtype: KvDtype,
         k_cache: &mut CudaSlice<u8>,
@@ -347,13 +408,15 @@ impl Gpu {
             None => b.arg(&null),
         };
         b.arg(&t).arg(&r);
-        // SAFETY: every slot lies in the cache (the block tables hand out valid blocks).
+        // SAFETY: every slot lies in the caches (the caller's contract).
         unsafe { b.launch(launch_cfg(((tokens * row).div_ceil(256), 1), 256)?) }.ctx("write_kv")?;
         Ok(())
     }
 
-    /// Causal attention of `q` (`tokens × heads × head_dim`) over one layer's paged cache;
-    /// `v_cache` is `k_cache` for a cache without V rows. Soft-capping has no kernel yet.
+    /// Causal attention of `q` (`tokens × heads × head_dim`) over one layer's paged cache of
+    /// `batch.block_size()` positions per block; `v_cache` is `k_cache` for a cache without V
+    /// rows. Refused where the tables reach past either cache or past q. Soft-capping has no
+    /// kernel yet.
     #[allow(clippy::too_many_arguments)]
     pub fn paged_attention(
         &self,
@@ -361,7 +424,6 @@ impl Gpu {
         dtype: KvDtype,
         k_cache: &CudaSlice<u8>,
         v_cache: &CudaSlice<u8>,
-        block_size: usize,
         batch: &mut PagedBatch,
         p: &AttentionParams,
         sinks: Option<&CudaSlice<f32>>,
@@ -369,8 +431,30 @@ impl Gpu {
     ) -> Result<()> {
         ensure(p.softcap.is_none(), || "paged attention: soft-capping has no CUDA kernel yet".into())?;
         ensure(p.sinks.is_some() == sinks.is_some(), || "paged attention: sinks given to one side only".into())?;
+        ensure(sinks.is_none_or(|s| s.len() == p.num_heads), || "paged attention: not one sink per head".into())?;
         ensure(p.num_kv_heads > 0 && p.num_heads.is_multiple_of(p.num_kv_heads), || "attention: heads".into())?;
-        ensure(batch.num_heads == p.num_heads && q.len() == out.len(), || "paged attention: shapes".into())?;
+        ensure(batch.num_heads == p.num_heads, || "paged attention: the batch was uploaded for other heads".into())?;
+        let (block_size, extent) = (batch.block_size, batch.extent);
+        let cache_bytes = [extent.blocks, block_size, p.num_kv_heads, p.head_dim, dtype.size()]
+            .into_iter()
+            .try_fold(1usize, usize::checked_mul);
+        ensure(cache_bytes.is_some_and(|b| k_cache.len() >= b && v_cache.len() >= b), || {
+            format!(
+                "paged attention: the tables reach block {} of caches of {} and {} bytes",
+                extent.blocks.saturating_sub(1),
+                k_cache.len(),
+                v_cache.len()
+            )
+        })?;
+        let q_values = extent.q_rows.checked_mul(p.num_heads * p.head_dim);
+        ensure(q.len() == out.len() && q_values.is_some_and(|n| q.len() >= n), || {
+            format!(
+                "paged attention: q and out ({} and {} values) do not hold the tables' {} rows",
+                q.len(),
+                out.len(),
+                extent.q_rows
+            )
+        })?;
         if batch.num_seqs == 0 {
             return Ok(());
         }
@@ -393,9 +477,38 @@ impl Gpu {
             None => b.arg(&null),
         };
         b.arg(&mut batch.scores).arg(&ints[6]).arg(out);
-        // SAFETY: the tables address slots of the cache (the scheduler's blocks); q and out
-        // hold every query row the tables name (caller).
+        // SAFETY: the tables address blocks of the caches and rows of q and out, and there is a
+        // sink per head (checked above).
         unsafe { b.launch(launch_cfg((batch.num_seqs, p.num_heads), 128)?) }.ctx("paged attention")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TableExtent;
+    use vllm_rs_kernels::attention::SeqAttention;
+
+    fn seq(query_start: usize, query_len: usize, seq_len: usize, block_table: &[u32]) -> SeqAttention<'_> {
+        SeqAttention { query_start, query_len, seq_len, block_table }
+    }
+
+    #[test]
+    fn the_extent_counts_the_blocks_the_tokens_use() {
+        // 17 tokens in blocks of 16 use two entries; the third (never read) does not count.
+        let (a, b) = ([3, 9, 40], [5]);
+        let e = TableExtent::of(&[seq(0, 1, 17, &a), seq(1, 4, 16, &b)], 16).unwrap();
+        assert_eq!(e, TableExtent { blocks: 10, q_rows: 5 });
+        // No tokens, no blocks; no queries, no rows.
+        assert_eq!(TableExtent::of(&[seq(7, 0, 0, &[])], 16).unwrap(), TableExtent { blocks: 0, q_rows: 0 });
+        assert_eq!(TableExtent::of(&[], 16).unwrap(), TableExtent { blocks: 0, q_rows: 0 });
+    }
+
+    #[test]
+    fn a_table_short_of_its_tokens_is_refused() {
+        let err = TableExtent::of(&[seq(0, 1, 33, &[0, 1])], 16).unwrap_err();
+        assert!(err.0.contains("1 queries of 33 tokens in 2 blocks of 16"), "{err}");
+        assert!(TableExtent::of(&[seq(0, 5, 4, &[0])], 16).is_err(), "more queries than tokens");
+        assert!(TableExtent::of(&[seq(0, 1, 1, &[0])], 0).is_err(), "block_size 0");
     }
 }
