@@ -19,5 +19,6 @@ pub use detokenizer::IncrementalDetokenizer;
 pub use error::{Error, Result};
 pub use generation_config::GenerationConfig;
 pub use output_processor::{OutputDelta, OutputOptions, OutputProcessor, StopReason, token_text};
+pub use py_format::py_str_repr;
 pub use stop::{StopOutcome, StopStrings};
 pub use tokenizer::{Tokenizer, load_tokenizer};

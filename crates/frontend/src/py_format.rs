@@ -114,6 +114,13 @@ fn is_unprintable(c: char) -> bool {
         | 0x3000 | 0xFEFF | 0xFFF9..=0xFFFB)
 }
 
+/// Python's `repr()` of a string (how its error messages quote a bad value).
+pub fn py_str_repr(s: &str) -> String {
+    let mut out = String::new();
+    write_str_repr(&mut out, s);
+    out
+}
+
 fn write_str_repr(out: &mut String, s: &str) {
     let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     out.push(quote);

@@ -37,7 +37,10 @@ impl LogitBias {
         let mut by_id: Vec<(i128, f32)> = Vec::with_capacity(self.0.len());
         for (key, bias) in &self.0 {
             let id = python_int(key).ok_or_else(|| {
-                ApiError::invalid("logit_bias", format!("invalid literal for int() with base 10: {}", py_repr(key)))
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("invalid literal for int() with base 10: {}", vllm_rs_frontend::py_str_repr(key)),
+                )
             })?;
             let bias = bias.clamp(-100.0, 100.0) as f32;
             match by_id.iter_mut().find(|(i, _)| *i == id) {
@@ -80,28 +83,6 @@ fn python_int(s: &str) -> Option<i128> {
         .filter(u8::is_ascii_digit)
         .fold(0i128, |n, b| n.saturating_mul(10).saturating_add((b - b'0') as i128));
     Some(if negative { -magnitude } else { magnitude })
-}
-
-/// Python's `repr()` of a string, as its error messages quote it.
-fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
-    let mut out = String::from(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
 }
 
 #[cfg(test)]
