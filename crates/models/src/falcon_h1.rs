@@ -23,6 +23,7 @@ use crate::layers::{Attention, AttentionBuffers, RmsNorm};
 use crate::mamba2::{Mamba2, Mamba2Dims, Mamba2Options, time_step_min};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
+use crate::recurrent_state::positive;
 use serde_json::Value;
 use vllm_rs_core::KvCacheSpec;
 use vllm_rs_kernels::Backend;
@@ -198,9 +199,13 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     if flag("mlp_bias", false) {
         return Err(Error::msg("config: mlp_bias = true is not supported for Falcon-H1"));
     }
-    let act_name = config["hidden_act"].as_str().unwrap_or("silu");
-    let act = Activation::parse(act_name)
-        .ok_or_else(|| Error::msg(format!("config: hidden_act {act_name:?} is not supported")))?;
+    // transformers runs `hidden_act` in the MLP and in the mixer's convolution, which is SiLU here.
+    let act = match config["hidden_act"].as_str().unwrap_or("silu") {
+        "silu" | "swish" => Activation::Silu,
+        other => {
+            return Err(Error::msg(format!("config: hidden_act {other:?} is not supported for Falcon-H1 (only silu)")));
+        }
+    };
     let (hidden, hd, eps) = (c.hidden_size, c.head_dim(), c.rms_norm_eps);
     let dims = mamba_dims(config, hidden)?;
     let mut ck = ck.clone();
@@ -258,17 +263,28 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     Ok(model)
 }
 
-/// The mixer's shape; its width (`mamba_d_ssm`, else `mamba_expand · hidden`) must be
-/// `mamba_n_heads · mamba_d_head`.
+/// The mixer's shape, resolved as `FalconH1Config` does: its width is `mamba_d_ssm` (1024 when
+/// absent, `mamba_expand · hidden` when null) and must be `mamba_n_heads · mamba_d_head`, where
+/// a `mamba_d_head` of "auto" is the width over the heads.
 fn mamba_dims(config: &Value, hidden: usize) -> Result<Mamba2Dims> {
+    let int = |key: &str, default: u64| match config.get(key) {
+        None => Ok(default as usize),
+        Some(v) => {
+            v.as_u64().map(|v| v as usize).ok_or_else(|| Error::msg(format!("config: {key} must be an integer")))
+        }
+    };
+    let width = match config.get("mamba_d_ssm") {
+        Some(Value::Null) => int("mamba_expand", 2)? * hidden,
+        _ => int("mamba_d_ssm", 1024)?,
+    };
+    let mut config = config.clone();
+    if config["mamba_d_head"] == "auto" {
+        config["mamba_d_head"] = (width / positive(&config, "mamba_n_heads")?).into();
+    }
     let dims = Mamba2Dims::parse_keys(
-        config,
+        &config,
         ["mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv"],
     )?;
-    let width = match config["mamba_d_ssm"].as_u64() {
-        Some(w) => w as usize,
-        None => config["mamba_expand"].as_u64().unwrap_or(2) as usize * hidden,
-    };
     if width != dims.num_heads * dims.head_dim {
         return Err(Error::msg(format!(
             "config: the mixer is {width} wide but mamba_n_heads × mamba_d_head is {}",
@@ -289,6 +305,19 @@ mod tests {
             "mamba_d_conv": 4, "mamba_d_ssm": 96});
         let e = mamba_dims(&dims, 64).unwrap_err().to_string();
         assert!(e.contains("96 wide but mamba_n_heads × mamba_d_head is 64"), "{e}");
+        // As FalconH1Config resolves them: 1024 wide when absent, `mamba_expand · hidden` when
+        // null; a head dim of "auto" is the width over the heads.
+        let mut auto = dims.clone();
+        auto["mamba_d_head"] = "auto".into();
+        assert_eq!(mamba_dims(&auto, 64).unwrap().head_dim, 24);
+        auto.as_object_mut().unwrap().remove("mamba_d_ssm");
+        assert_eq!(mamba_dims(&auto, 64).unwrap().head_dim, 256);
+        auto["mamba_d_ssm"] = Value::Null;
+        assert_eq!(mamba_dims(&auto, 64).unwrap().head_dim, 32);
+        auto["mamba_expand"] = 3.into();
+        assert_eq!(mamba_dims(&auto, 64).unwrap().head_dim, 48);
+        let e = mamba_dims(&json!({"mamba_d_ssm": "wide"}), 64).unwrap_err().to_string();
+        assert!(e.contains("mamba_d_ssm must be an integer"), "{e}");
         let finite = json!({"time_step_limit": [0.001, 0.1]});
         let e = time_step_min(&finite).unwrap_err().to_string();
         assert!(e.contains("time_step_limit [0.001,0.1] is not supported"), "{e}");

@@ -196,6 +196,21 @@ fn opt_variants_not_built_are_refused() {
 }
 
 #[test]
+fn falcon_h1_configs_not_built_are_refused() {
+    // transformers runs hidden_act in the mixer's convolution too (SiLU here); MLP biases; a
+    // time step ceiling; a mixer narrower than its heads.
+    expect_config_errs(
+        "falcon_h1",
+        &[
+            ("hidden_act", json!("gelu"), &["hidden_act \"gelu\"", "only silu"]),
+            ("mlp_bias", json!(true), &["mlp_bias", "not supported"]),
+            ("time_step_limit", json!([0.0, 0.1]), &["time_step_limit", "not supported"]),
+            ("mamba_d_ssm", json!(48), &["48 wide", "mamba_n_heads × mamba_d_head is 64"]),
+        ],
+    );
+}
+
+#[test]
 fn bad_moe_checkpoints_and_configs() {
     // A missing expert, in Qwen's names and in Mixtral's.
     for (arch, gone) in [
