@@ -173,3 +173,11 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<Value> {
     }
     Ok(c)
 }
+
+/// A multiplier of the config: a number, 1 when absent or null.
+pub fn multiplier(config: &Value, key: &str) -> Result<f32> {
+    match config.get(key).filter(|v| !v.is_null()) {
+        None => Ok(1.0),
+        Some(v) => v.as_f64().map(|f| f as f32).ok_or_else(|| Error::msg(format!("config: {key} must be a number"))),
+    }
+}

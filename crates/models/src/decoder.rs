@@ -62,6 +62,12 @@ impl Mixer {
         }
     }
 
+    /// How many cache layers this mixer uses (the length of [`Mixer::kv_cache_specs`], without
+    /// building them: the decoder asks on every forward).
+    pub fn cache_layers(&self) -> usize {
+        if matches!(self, Mixer::Parallel(_)) { 2 } else { 1 }
+    }
+
     /// `x` is the normed hidden state (`tokens × hidden`); writes `tokens × hidden` into `out`.
     /// `layer` is the mixer's (first) cache layer.
     #[allow(clippy::too_many_arguments)]
@@ -290,7 +296,7 @@ fn first_cache_layers(layers: &[DecoderLayer]) -> Vec<usize> {
         .iter()
         .map(|l| {
             let first = next;
-            next += l.self_attn.kv_cache_specs().len();
+            next += l.self_attn.cache_layers();
             first
         })
         .collect()

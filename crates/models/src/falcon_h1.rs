@@ -15,12 +15,13 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::batch::ForwardBatch;
 use crate::checkpoint::{Checkpoint, Format};
-use crate::config::CommonConfig;
+use crate::config::{CommonConfig, multiplier};
 use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_attention, plain_decoder};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::layers::{Attention, AttentionBuffers, RmsNorm};
 use crate::mamba2::{Mamba2, Mamba2Dims, Mamba2Options, time_step_min};
+use crate::mla::scale_by;
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::norm::Norm;
 use crate::recurrent_state::positive;
@@ -149,29 +150,15 @@ impl ParallelMixer {
         out: &mut Vec<f32>,
     ) {
         self.mamba.forward(be, x, batch, kv, layer, &mut ws.mamba2, out);
-        scale(be, out, self.ssm_out);
+        scale_by(be, out, self.ssm_out);
         let mut p = std::mem::take(&mut ws.parallel);
         p.input.clear();
         p.input.extend_from_slice(x);
-        scale(be, &mut p.input, self.attention_in);
+        scale_by(be, &mut p.input, self.attention_in);
         self.attention.forward(be, &p.input, batch, rope, kv, layer + 1, ws, &mut p.out);
-        scale(be, &mut p.out, self.attention_out);
+        scale_by(be, &mut p.out, self.attention_out);
         be.add_assign(out, &p.out);
         ws.parallel = p;
-    }
-}
-
-fn scale(be: &dyn Backend, x: &mut [f32], factor: f32) {
-    if factor != 1.0 {
-        be.scale(x, factor);
-    }
-}
-
-/// A multiplier of the config (1 when absent).
-fn multiplier(config: &Value, key: &str) -> Result<f32> {
-    match config.get(key).filter(|v| !v.is_null()) {
-        None => Ok(1.0),
-        Some(v) => v.as_f64().map(|f| f as f32).ok_or_else(|| Error::msg(format!("config: {key} must be a number"))),
     }
 }
 

@@ -208,7 +208,8 @@ fn up_projections(ck: &Checkpoint, prefix: &str, s: MlaShape) -> Result<(Vec<Wei
     Ok((w_uk_t, w_uv))
 }
 
-fn scale_by(be: &dyn Backend, x: &mut [f32], factor: f32) {
+/// `x *= factor`, skipped when it is 1 (multipliers that are mostly absent).
+pub(crate) fn scale_by(be: &dyn Backend, x: &mut [f32], factor: f32) {
     if factor != 1.0 {
         be.scale(x, factor);
     }

@@ -267,12 +267,7 @@ pub fn config_from_gguf(g: &GgufFile, c: &mut Value, norm_topk_prob: bool) -> Re
 
 /// `routed_scaling_factor` (DeepSeek, Nemotron-H), 1 when absent.
 pub fn routed_scaling_factor(config: &Value) -> Result<f32> {
-    match config.get("routed_scaling_factor").filter(|v| !v.is_null()) {
-        None => Ok(1.0),
-        Some(v) => {
-            v.as_f64().map(|f| f as f32).ok_or_else(|| Error::msg("config: routed_scaling_factor must be a number"))
-        }
-    }
+    crate::config::multiplier(config, "routed_scaling_factor")
 }
 
 /// A required integer config key.
