@@ -62,10 +62,12 @@ pub struct EngineArgs {
     /// Speculative decoding, as vLLM's flag takes it: JSON
     /// (`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`) or
     /// `key=value,...`. Methods: `ngram` (prompt lookup in the request's own tokens; no extra
-    /// weights) and `draft_model` (`{"model": "DRAFT", "num_speculative_tokens": 4}`: a smaller
+    /// weights), `draft_model` (`{"model": "DRAFT", "num_speculative_tokens": 4}`: a smaller
     /// model of the same family proposes greedily; it shares the target's KV block ids and
-    /// takes its own share of the KV memory). Greedy output is unchanged; sampled output keeps
-    /// its distribution.
+    /// takes its own share of the KV memory) and `mtp` (`{"method": "mtp",
+    /// "num_speculative_tokens": 2}`: the multi-token-prediction layer the checkpoint ships,
+    /// DeepSeek-V3's; vLLM's `deepseek_mtp` names it too). Greedy output is unchanged; sampled
+    /// output keeps its distribution.
     /// `disable_by_batch_size: N` proposes no drafts while more than N requests run (default 4,
     /// where drafts stop paying on a CPU; `null` drafts at any batch size, as vLLM does).
     #[arg(long, value_parser = SpeculativeConfig::parse)]

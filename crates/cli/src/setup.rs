@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
 use vllm_rs_engine::{
-    EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy, kv_blocks_per_request,
-    kv_bytes_per_block, kv_cache_layout,
+    DraftWeights, EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy,
+    kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 use vllm_rs_models::Backbone;
@@ -172,10 +172,16 @@ fn load_generate(
     cfg.disable_hybrid_kv_cache_manager = args.disable_hybrid_kv_cache_manager;
     cfg.speculative_config = args.speculative_config.clone();
     let layout = kv_cache_layout(lm.model.as_ref(), block_size, !cfg.disable_hybrid_kv_cache_manager);
-    let draft = load_draft(args)?;
-    // A draft model keeps its own K/V for every block id the target has.
-    let draft_per_block =
-        draft.as_ref().map_or(0, |d| kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype));
+    let draft = load_draft(args, path)?;
+    // A drafter keeps its own K/V for every block id the target has.
+    let draft_per_block = match &draft {
+        Some(DraftWeights::Model(d)) => kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype),
+        Some(DraftWeights::Mtp(m)) => {
+            let layout = vllm_rs_core::KvCacheLayout::new(&m.info().kv_cache_specs, block_size);
+            kv_bytes_per_block(&layout, kv_dtype)
+        }
+        None => 0,
+    };
     let per_block = kv_bytes_per_block(&layout, kv_dtype) + draft_per_block;
     let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;
     // Recurrent layers keep a fixed f32 state per running request, whatever its length, and
@@ -305,16 +311,26 @@ fn max_model_len(args: &EngineArgs, model_len: usize) -> Result<usize> {
     }
 }
 
-/// The draft model of `--speculative-config` (method `draft_model`), resolved like `--model`.
-fn load_draft(args: &EngineArgs) -> Result<Option<Box<dyn vllm_rs_models::Model>>> {
-    let Some(name) = args.speculative_config.as_ref().filter(|c| c.is_draft_model()).and_then(|c| c.model.as_deref())
-    else {
+/// The drafter of `--speculative-config`: the draft model (method `draft_model`), resolved like
+/// `--model`, or the MTP layer (method `mtp`) of its `model` or else of the target (`target`).
+fn load_draft(args: &EngineArgs, target: &Path) -> Result<Option<DraftWeights>> {
+    let Some(c) = args.speculative_config.as_ref().filter(|c| c.has_weights()) else {
         return Ok(None);
     };
-    let resolved = resolve(Some(name), args).context("--speculative-config model")?;
+    let resolved = match c.model.as_deref() {
+        Some(name) => Some(resolve(Some(name), args).context("--speculative-config model")?),
+        None => None,
+    };
+    if c.is_mtp() {
+        let path = resolved.as_ref().map_or(target, |r| r.path.as_path());
+        let mtp = vllm_rs_models::mtp::load(path).map_err(|e| anyhow::anyhow!("--speculative-config mtp: {e}"))?;
+        info!("MTP drafter: {} layer(s) of {}", mtp.info().num_layers, path.display());
+        return Ok(Some(DraftWeights::Mtp(Box::new(mtp))));
+    }
+    let resolved = resolved.context("--speculative-config: draft_model needs \"model\"")?;
     info!("draft model: {}", resolved.description);
     let lm = vllm_rs_models::load(&resolved.path).map_err(|e| anyhow::anyhow!("draft model: {e}"))?;
-    Ok(Some(lm.model))
+    Ok(Some(DraftWeights::Model(lm.model)))
 }
 
 /// The model as `--model`, `--revision` and `--download-dir` name it.

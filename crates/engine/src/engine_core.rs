@@ -2,7 +2,8 @@
 //! caller running an offline batch). No locks, no awaiting: one step is schedule → run → update.
 
 use crate::draft_model::Drafter;
-use crate::runner::ModelRunner;
+use crate::mtp_drafter::MtpDrafter;
+use crate::runner::{ModelRunner, Proposer};
 use crate::sampler::TokenLogprobs;
 use crate::sampling_params::{LogprobsMode, ParamError, SamplingParams};
 use crate::stats::EngineStats;
@@ -12,7 +13,7 @@ use vllm_rs_core::{
     FinishReason, KvCacheLayout, KvCacheSpec, Request, Scheduler, SchedulerConfig, SchedulingPolicy, StopParams,
 };
 use vllm_rs_kernels::attention::KvDtype;
-use vllm_rs_models::Model;
+use vllm_rs_models::{Model, ModelInfo};
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -74,22 +75,31 @@ impl EngineConfig {
     }
 }
 
-/// The KV cache group whose block tables a draft model shares: one of full attention (a
-/// window's blocks are freed as it moves, the draft attends over everything). The draft must
-/// speak the target's vocabulary.
-fn draft_group(target: &dyn Model, draft: &dyn Model, layout: &KvCacheLayout) -> Result<usize, EngineError> {
-    let (t, d) = (target.info(), draft.info());
-    if t.vocab_size != d.vocab_size {
+/// What drafts with weights of its own (`--speculative-config` methods `draft_model`, `mtp`).
+pub enum DraftWeights {
+    /// A smaller model of the target's vocabulary.
+    Model(Box<dyn Model>),
+    /// The target checkpoint's multi-token-prediction layer.
+    Mtp(Box<vllm_rs_models::mtp::Mtp>),
+}
+
+/// The KV cache group whose block tables a drafter shares: one that keeps every position (a
+/// window's blocks are freed as it moves, the drafter attends over everything). The drafter
+/// must speak the target's vocabulary.
+fn draft_group(target: &dyn Model, draft: &ModelInfo, layout: &KvCacheLayout) -> Result<usize, EngineError> {
+    let t = target.info();
+    if t.vocab_size != draft.vocab_size {
         return Err(EngineError::InvalidRequest(format!(
             "draft_model: the draft's vocabulary ({} tokens, {}) differs from the target's ({}, {}); use a draft \
              of the same family",
-            d.vocab_size, d.architecture, t.vocab_size, t.architecture
+            draft.vocab_size, draft.architecture, t.vocab_size, t.architecture
         )));
     }
-    layout.groups.iter().position(|g| matches!(g.spec, KvCacheSpec::FullAttention { .. })).ok_or_else(|| {
+    let keeps_all = |s: &KvCacheSpec| matches!(s, KvCacheSpec::FullAttention { .. } | KvCacheSpec::Mla { .. });
+    layout.groups.iter().position(|g| keeps_all(&g.spec)).ok_or_else(|| {
         EngineError::InvalidRequest(
-            "draft_model: the target has no full-attention layers whose block tables the draft can share; \
-             add --disable-hybrid-kv-cache-manager"
+            "speculative decoding: the target has no full-attention layers whose block tables the drafter can \
+             share; add --disable-hybrid-kv-cache-manager"
                 .into(),
         )
     })
@@ -172,10 +182,10 @@ impl EngineCore {
         Self::with_draft(model, None, config)
     }
 
-    /// An engine whose `draft_model` speculative decoding proposes with `draft`.
+    /// An engine whose `draft_model` or `mtp` speculative decoding proposes with `draft`.
     pub fn with_draft(
         model: Box<dyn Model>,
-        draft: Option<Box<dyn Model>>,
+        draft: Option<DraftWeights>,
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let layout = kv_cache_layout(model.as_ref(), config.block_size, !config.disable_hybrid_kv_cache_manager);
@@ -210,22 +220,27 @@ impl EngineCore {
             num_state_snapshots: config.num_state_snapshots,
             mamba_block_size: config.mamba_block_size,
             num_lookahead_tokens: match &config.speculative_config {
-                Some(c) if c.is_draft_model() => c.num_speculative_tokens,
+                Some(c) if c.has_weights() => c.num_speculative_tokens,
                 _ => 0,
             },
         });
         let mut runner = ModelRunner::new(model, &config, &layout);
-        if let Some(c) = config.speculative_config.as_ref().filter(|c| c.is_draft_model()) {
-            let draft = draft.ok_or_else(|| EngineError::InvalidRequest("draft_model: no draft model given".into()))?;
-            let group = draft_group(runner.model.as_ref(), draft.as_ref(), &layout)?;
-            let d = Drafter::new(
-                draft,
-                c.num_speculative_tokens,
-                config.num_blocks,
-                config.block_size,
-                config.kv_cache_dtype,
-            );
-            runner.set_drafter(d, group);
+        if let Some(c) = config.speculative_config.as_ref().filter(|c| c.has_weights()) {
+            let draft =
+                draft.ok_or_else(|| EngineError::InvalidRequest(format!("{}: no draft weights given", c.method)))?;
+            let (k, blocks, bs, dtype) =
+                (c.num_speculative_tokens, config.num_blocks, config.block_size, config.kv_cache_dtype);
+            let proposer = match draft {
+                DraftWeights::Model(m) => {
+                    let group = draft_group(runner.model.as_ref(), m.info(), &layout)?;
+                    (Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype))), group)
+                }
+                DraftWeights::Mtp(m) => {
+                    let group = draft_group(runner.model.as_ref(), m.info(), &layout)?;
+                    (Proposer::Mtp(Box::new(MtpDrafter::new(*m, k, blocks, bs, dtype))), group)
+                }
+            };
+            runner.set_drafter(proposer.0, proposer.1);
         }
         let stats = EngineStats { spec_decode_enabled: config.speculative_config.is_some(), ..Default::default() };
         Ok(EngineCore { config, scheduler, runner, stats })

@@ -3,6 +3,7 @@
 pub mod draft_model;
 pub mod engine_core;
 pub mod handle;
+pub mod mtp_drafter;
 pub mod pooling_runner;
 pub mod runner;
 pub mod sampler;
@@ -12,8 +13,8 @@ pub mod stats;
 pub mod structured_output;
 
 pub use engine_core::{
-    EngineConfig, EngineCore, EngineError, EngineRequest, FinalOutput, RequestOutput, kv_blocks_per_request,
-    kv_bytes_per_block, kv_cache_layout,
+    DraftWeights, EngineConfig, EngineCore, EngineError, EngineRequest, FinalOutput, RequestOutput,
+    kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
 };
 pub use handle::{EngineHandle, RequestStream};
 pub use pooling_runner::{PoolingHandle, PoolingInput, PoolingLimits, PoolingTask};

@@ -2,6 +2,7 @@
 
 use crate::draft_model::{DraftJob, Drafter};
 use crate::engine_core::EngineConfig;
+use crate::mtp_drafter::{MtpDrafter, MtpJob};
 use crate::sampler::{self, SampleContext, TokenLogprobs};
 use crate::sampling_params::{LogprobsMode, SamplingParams};
 use crate::speculative::SpeculativeConfig;
@@ -73,14 +74,23 @@ pub struct ModelRunner {
     /// Per KV cache group: whether it is paged (else it holds one recurrent state slot).
     paged_groups: Vec<bool>,
     speculative: Option<SpeculativeConfig>,
-    /// The draft model and the KV cache group whose block tables it shares (`draft_model`).
-    drafter: Option<(Drafter, usize)>,
+    /// The drafter with weights (`draft_model`, `mtp`) and the KV cache group whose block
+    /// tables it shares.
+    drafter: Option<(Proposer, usize)>,
     max_model_len: usize,
     /// The flat batch of the last step (kept for its allocations).
     batch: FlatBatch,
     /// The model's scratch buffers and the last step's logits (kept for their allocations).
     workspace: Workspace,
     logits: Vec<f32>,
+}
+
+/// A drafter with weights of its own.
+pub enum Proposer {
+    /// A smaller model of the same vocabulary (`draft_model`).
+    Model(Box<Drafter>),
+    /// The checkpoint's multi-token-prediction layer (`mtp`).
+    Mtp(Box<MtpDrafter>),
 }
 
 /// The flat batch of one step, in vLLM's names.
@@ -176,13 +186,13 @@ impl ModelRunner {
 
     pub fn remove_request(&mut self, id: &str) {
         self.states.remove(id);
-        if let Some((d, _)) = &mut self.drafter {
+        if let Some((Proposer::Model(d), _)) = &mut self.drafter {
             d.remove(id);
         }
     }
 
     /// Proposes drafts with `drafter`, over the block tables of KV cache group `group`.
-    pub fn set_drafter(&mut self, drafter: Drafter, group: usize) {
+    pub fn set_drafter(&mut self, drafter: Proposer, group: usize) {
         self.drafter = Some((drafter, group));
     }
 
@@ -198,7 +208,7 @@ impl ModelRunner {
         for (si, s) in out.scheduled.iter().enumerate() {
             let state = self.states.get_mut(&s.request_id).expect("runner knows every request");
             state.apply(s);
-            if let Some((d, _)) = &mut self.drafter
+            if let Some((Proposer::Model(d), _)) = &mut self.drafter
                 && (s.new_prompt_token_ids.is_some() || s.resumed_from_preemption)
             {
                 d.reset(&s.request_id); // new blocks: the draft cache holds nothing of it
@@ -353,27 +363,61 @@ impl ModelRunner {
                 }
             }
         }
-        if let Some((drafter, group)) = &mut self.drafter
-            && !draft_jobs.is_empty()
-        {
-            let jobs: Vec<DraftJob> = draft_jobs
-                .iter()
-                .map(|&(si, limit)| {
-                    let st = &self.states[&out.scheduled[si].request_id];
-                    DraftJob {
-                        request_id: &out.scheduled[si].request_id,
-                        tokens: &st.token_ids,
-                        block_table: &st.block_ids[*group],
-                        limit,
-                    }
-                })
-                .collect();
-            for ((si, _), d) in draft_jobs.iter().zip(drafter.propose(&jobs)) {
-                results[*si].spec_token_ids = d;
+        match &mut self.drafter {
+            Some((Proposer::Model(drafter), group)) if !draft_jobs.is_empty() => {
+                let jobs: Vec<DraftJob> = draft_jobs
+                    .iter()
+                    .map(|&(si, limit)| {
+                        let st = &self.states[&out.scheduled[si].request_id];
+                        DraftJob {
+                            request_id: &out.scheduled[si].request_id,
+                            tokens: &st.token_ids,
+                            block_table: &st.block_ids[*group],
+                            limit,
+                        }
+                    })
+                    .collect();
+                for ((si, _), d) in draft_jobs.iter().zip(drafter.propose(&jobs)) {
+                    results[*si].spec_token_ids = d;
+                }
             }
+            Some((Proposer::Mtp(mtp), group)) => {
+                let starts = &self.batch.query_start_loc;
+                let jobs = mtp_jobs(&self.states, starts, out, &results, &draft_jobs, *group);
+                for (r, d) in results.iter_mut().zip(mtp.propose(&self.workspace.x, &jobs)) {
+                    r.spec_token_ids = d;
+                }
+            }
+            _ => {}
         }
         results
     }
+}
+
+/// Every scheduled request's rows the MTP layer takes in (those whose next token is now known:
+/// a prefill chunk's all, else the last known token's and the accepted drafts'), with the
+/// drafts wanted (`draft_jobs`: (scheduled index, limit)); `starts`: each request's first row.
+fn mtp_jobs<'a>(
+    states: &'a HashMap<String, RequestState>,
+    starts: &[usize],
+    out: &SchedulerOutput,
+    results: &[StepResult],
+    draft_jobs: &[(usize, usize)],
+    group: usize,
+) -> Vec<MtpJob<'a>> {
+    let mtp_job = |(si, s): (usize, &ScheduledRequest)| {
+        let st = &states[&s.request_id];
+        let known = s.num_scheduled_tokens - s.spec_token_ids.len();
+        let rows = if s.sample { (known + results[si].tokens.len()).saturating_sub(1) } else { known };
+        MtpJob {
+            tokens: &st.token_ids,
+            block_table: &st.block_ids[group],
+            rows: starts[si]..starts[si] + rows,
+            first_position: s.num_computed_tokens,
+            limit: draft_jobs.iter().find(|(i, _)| *i == si).map_or(0, |&(_, limit)| limit),
+        }
+    };
+    out.scheduled.iter().enumerate().map(mtp_job).collect()
 }
 
 /// Samples a request's rows in order, appending each token to its tokens: the first row's

@@ -1,5 +1,6 @@
 //! Speculative decoding: `--speculative-config` as vLLM takes it, and the n-gram proposer
-//! (prompt lookup); the draft-model proposer is in `draft_model.rs`. Drafts are verified by the
+//! (prompt lookup); the draft-model proposer is in `draft_model.rs`, the MTP one in
+//! `mtp_drafter.rs`. Drafts are verified by the
 //! target model in the next step; the runner returns the accepted drafts plus the model's own
 //! next token (see [`crate::sampler::sample_checking_draft`]).
 
@@ -9,11 +10,14 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeConfig {
-    /// `ngram` (prompt lookup, no extra weights) or `draft_model` (a smaller model with the
-    /// same vocabulary); absent with a `model`, `draft_model` (vLLM's inference).
+    /// `ngram` (prompt lookup, no extra weights), `draft_model` (a smaller model with the
+    /// same vocabulary) or `mtp` (the checkpoint's multi-token-prediction layer; vLLM's older
+    /// names `deepseek_mtp` etc. mean the same); absent with a `model`, `draft_model` (vLLM's
+    /// inference).
     #[serde(default)]
     pub method: String,
-    /// The draft model (`draft_model`): a local folder, GGUF file, catalog name or repo id.
+    /// The draft model (`draft_model`): a local folder, GGUF file, catalog name or repo id;
+    /// for `mtp`, the checkpoint holding the MTP layer (default: the target's).
     #[serde(default)]
     pub model: Option<String>,
     /// Draft tokens proposed per step.
@@ -42,6 +46,17 @@ fn five() -> usize {
     5
 }
 
+/// vLLM's per-model MTP method names, which it maps to `mtp`.
+const MTP_ALIASES: &[&str] = &[
+    "deepseek_mtp",
+    "mimo_mtp",
+    "glm4_moe_mtp",
+    "ernie_mtp",
+    "qwen3_next_mtp",
+    "longcat_flash_mtp",
+    "pangu_ultra_moe_mtp",
+];
+
 /// The most draft tokens one step may verify per request.
 pub const MAX_SPECULATIVE_TOKENS: usize = 32;
 
@@ -65,20 +80,26 @@ impl SpeculativeConfig {
         if c.method.is_empty() && c.model.is_some() {
             c.method = "draft_model".into();
         }
+        if MTP_ALIASES.contains(&c.method.as_str()) {
+            c.method = "mtp".into(); // as vLLM 0.33 renames them
+        }
         c.validate()?;
         Ok(c)
     }
 
     fn validate(&self) -> Result<(), String> {
         match (self.method.as_str(), &self.model) {
-            ("ngram", None) | ("draft_model", Some(_)) => {}
+            ("ngram", None) | ("draft_model", Some(_)) | ("mtp", _) => {}
             ("ngram", Some(_)) => return Err("method \"ngram\" takes no model (drop \"model\")".into()),
             ("draft_model", None) => return Err("method \"draft_model\" needs \"model\": the draft model".into()),
             ("", None) => return Err("give \"method\" (ngram) or a draft \"model\"".into()),
-            ("eagle" | "eagle3" | "mtp" | "medusa" | "mlp_speculator" | "suffix", _) => {
-                return Err(format!("method {:?} is not implemented yet; available: ngram, draft_model", self.method));
+            ("eagle" | "eagle3" | "medusa" | "mlp_speculator" | "suffix", _) => {
+                return Err(format!(
+                    "method {:?} is not implemented yet; available: ngram, draft_model, mtp",
+                    self.method
+                ));
             }
-            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model")),
+            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model, mtp")),
         }
         if !(1..=MAX_SPECULATIVE_TOKENS).contains(&self.num_speculative_tokens) {
             return Err(format!(
@@ -97,6 +118,16 @@ impl SpeculativeConfig {
 
     pub fn is_draft_model(&self) -> bool {
         self.method == "draft_model"
+    }
+
+    pub fn is_mtp(&self) -> bool {
+        self.method == "mtp"
+    }
+
+    /// Whether drafts come from weights (a draft model or an MTP layer), which keep K/V of
+    /// their own in lookahead slots past each request's scheduled tokens.
+    pub fn has_weights(&self) -> bool {
+        self.is_draft_model() || self.is_mtp()
     }
 
     /// N-gram drafts for a request whose tokens so far are `tokens`, at most `limit` of them.
@@ -148,11 +179,14 @@ mod tests {
         assert_eq!((a.prompt_lookup_min, a.disable_by_batch_size), (1, Some(4)));
         let d = SpeculativeConfig::parse(r#"{"model": "qwen05", "num_speculative_tokens": 3}"#).unwrap();
         assert!(d.is_draft_model() && d.model.as_deref() == Some("qwen05"));
+        let m = SpeculativeConfig::parse("method=deepseek_mtp,num_speculative_tokens=2").unwrap();
+        assert!(m.is_mtp() && m.has_weights() && m.model.is_none());
         for (bad, says) in [
             (r#"{"method": "ngram", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "ngram", "num_speculative_tokens": 100}"#, "between 1 and"),
             (r#"{"method": "lookahead", "num_speculative_tokens": 2}"#, "unknown method"),
             (r#"{"method": "eagle3", "num_speculative_tokens": 2}"#, "not implemented"),
+            (r#"{"method": "mtp", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "draft_model", "num_speculative_tokens": 2}"#, "needs \"model\""),
             (r#"{"method": "ngram", "model": "m", "num_speculative_tokens": 2}"#, "takes no model"),
             (r#"{"num_speculative_tokens": 2}"#, "give \"method\""),

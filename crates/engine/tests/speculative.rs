@@ -3,7 +3,9 @@
 //! token budget that cuts drafts), drafts really are accepted (else this would test nothing),
 //! rejected drafts leave no trace (every block returns), and logprobs come one per token.
 
-use vllm_rs_engine::{EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig};
+use vllm_rs_engine::{
+    DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig,
+};
 use vllm_rs_testutil::{gguf_path, golden, hf_dir};
 
 fn engine(spec: Option<&str>, budget: usize) -> EngineCore {
@@ -17,7 +19,7 @@ fn engine_with(spec: Option<&str>, budget: usize, draft: Option<&std::path::Path
     cfg.max_num_batched_tokens = budget;
     cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
     let draft = draft.map(|d| vllm_rs_models::load(d).expect("draft loads").model);
-    EngineCore::with_draft(lm.model, draft, cfg).expect("engine")
+    EngineCore::with_draft(lm.model, draft.map(DraftWeights::Model), cfg).expect("engine")
 }
 
 /// Prompts that invite copying: each golden prompt twice over, so the model's continuation
@@ -170,6 +172,6 @@ fn a_draft_with_another_vocabulary_is_refused() {
     let draft = vllm_rs_models::load(&gguf_path("qwen05")).unwrap();
     let mut cfg = EngineConfig::new(1024, 1024);
     cfg.speculative_config = Some(SpeculativeConfig::parse(r#"{"model": "q", "num_speculative_tokens": 2}"#).unwrap());
-    let e = EngineCore::with_draft(lm.model, Some(draft.model), cfg).err().expect("refused");
+    let e = EngineCore::with_draft(lm.model, Some(DraftWeights::Model(draft.model)), cfg).err().expect("refused");
     assert!(e.to_string().contains("vocabulary"), "{e}");
 }

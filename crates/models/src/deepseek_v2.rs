@@ -9,13 +9,16 @@
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
-use crate::decoder::{DecoderModel, Mixer};
+use crate::decoder::{DecoderLayer, DecoderModel, Mixer, plain_decoder};
 use crate::deepseek_gguf;
 use crate::error::{Error, Result};
+use crate::layers::{Linear, RmsNorm};
 use crate::llama::{pre_norm_layer, pre_norm_model};
-use crate::mla::{self, MlaAttention};
+use crate::mla::{self, MlaAttention, MlaShape};
 use crate::mlp::{Activation, FeedForward};
 use crate::moe::{self, GroupLimit, GroupScore, MOE_NAMES, MoeConfig, Scoring, SharedExpert};
+use crate::mtp::{Chain, Mtp};
+use crate::norm::Norm;
 use crate::yarn::Yarn;
 use serde_json::Value;
 use vllm_rs_kernels::ops;
@@ -59,10 +62,60 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
 }
 
 pub fn load_deepseek(ck: &Checkpoint, config: &Value, version: Version) -> Result<DecoderModel> {
+    let (c, shape, inv_freq) = attention_config(config, version)?;
+    let layer = layer_loader(ck, config, &c, shape, version)?;
+    let layers = (0..c.num_hidden_layers).map(layer).collect::<Result<Vec<_>>>()?;
+    let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
+    let mut m = pre_norm_model(ck, config, &c, embed, layers, shape.qk_rope_head_dim)?;
+    m.rope_inv_freqs = vec![inv_freq];
+    Ok(m)
+}
+
+/// DeepSeek-V3's multi-token-prediction layer, `model.layers.{num_hidden_layers}` (vLLM's
+/// `deepseek_mtp.py`): a decoder layer like the model's last, its `enorm`, `hnorm`, `eh_proj`
+/// and `shared_head`; the embedding table its own copy or, where not stored, the model's.
+pub fn load_deepseek_v3_mtp(ck: &Checkpoint, config: &Value) -> Result<Mtp> {
+    let (c, shape, inv_freq) = attention_config(config, Version::V3)?;
+    let n = c.num_hidden_layers;
+    let p = format!("model.layers.{n}");
+    match config.get("num_nextn_predict_layers").and_then(Value::as_u64) {
+        Some(1) => {}
+        other => return Err(Error::msg(format!("config: num_nextn_predict_layers is {other:?}; MTP needs exactly 1"))),
+    }
+    if !ck.contains(&format!("{p}.eh_proj.weight")) {
+        return Err(Error::msg(format!(
+            "the checkpoint has no MTP weights ({p}.eh_proj.weight): use a checkpoint that keeps them, or another method"
+        )));
+    }
+    let layer = layer_loader(ck, config, &c, shape, Version::V3)?(n)?;
+    let hidden = c.hidden_size;
+    let own_embed = format!("{p}.embed_tokens.weight");
+    let embed_name = if ck.contains(&own_embed) { own_embed.as_str() } else { "model.embed_tokens.weight" };
+    let embed = ck.matrix(embed_name, c.vocab_size, hidden)?;
+    let norm = |name: &str| -> Result<Norm> {
+        Ok(Norm::Rms(RmsNorm::load(ck, &format!("{p}.{name}"), hidden, c.rms_norm_eps, 0.0)?))
+    };
+    let mut block = plain_decoder(ck, config, &c, (embed, vec![layer]), norm("shared_head.norm")?, vec![inv_freq])?;
+    let own_head = format!("{p}.shared_head.head.weight");
+    if ck.contains(&own_head) {
+        block.lm_head = ck.matrix(&own_head, c.vocab_size, hidden)?.for_matmul();
+    }
+    Ok(Mtp {
+        enorm: norm("enorm")?,
+        hnorm: norm("hnorm")?,
+        eh_proj: Linear::load(ck, &format!("{p}.eh_proj"), hidden, 2 * hidden, false)?,
+        block,
+        mask_position_0: true,
+        chain: Chain::PreNorm,
+    })
+}
+
+/// The config, the latent-attention shape and the rotary frequencies (YaRN-scaled where the
+/// config says so; the shape's softmax scale and rotary factor follow).
+fn attention_config(config: &Value, version: Version) -> Result<(CommonConfig, MlaShape, Vec<f32>)> {
     let mut c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     let scaling = c.rope_scaling.take().filter(|s| !s.is_null());
     c.validate()?;
-    let hidden = c.hidden_size;
     let mut shape = mla::shape_from_config(config, c.num_attention_heads)?;
     if version == Version::V3 {
         shape.rope_interleaved = config.get("rope_interleave").and_then(Value::as_bool).unwrap_or(true);
@@ -77,17 +130,23 @@ pub fn load_deepseek(ck: &Checkpoint, config: &Value, version: Version) -> Resul
         }
         Some(s) => return Err(Error::msg(format!("config: rope_scaling {s} is not supported (only yarn)"))),
     };
-    let ffn = feed_forward(ck, config, hidden, version)?;
-    let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
-    let mut layers = Vec::with_capacity(c.num_hidden_layers);
-    for i in 0..c.num_hidden_layers {
+    Ok((c, shape, inv_freq))
+}
+
+/// Loads decoder layer `i`: latent attention and the layer's feed-forward block.
+fn layer_loader<'a>(
+    ck: &'a Checkpoint,
+    config: &Value,
+    c: &'a CommonConfig,
+    shape: MlaShape,
+    version: Version,
+) -> Result<impl Fn(usize) -> Result<DecoderLayer> + 'a> {
+    let ffn = feed_forward(ck, config, c.hidden_size, version)?;
+    Ok(move |i: usize| {
         let p = format!("model.layers.{i}");
-        let mla = MlaAttention::load(ck, &format!("{p}.self_attn"), hidden, shape)?;
-        layers.push(pre_norm_layer(ck, &p, &c, Mixer::Mla(mla), ffn(i, &p, Activation::Silu)?)?);
-    }
-    let mut m = pre_norm_model(ck, config, &c, embed, layers, shape.qk_rope_head_dim)?;
-    m.rope_inv_freqs = vec![inv_freq];
-    Ok(m)
+        let mla = MlaAttention::load(ck, &format!("{p}.self_attn"), c.hidden_size, shape)?;
+        pre_norm_layer(ck, &p, c, Mixer::Mla(mla), ffn(i, &p, Activation::Silu)?)
+    })
 }
 
 /// Layer `i`'s feed-forward block: dense below `first_k_dense_replace`, else the routed experts

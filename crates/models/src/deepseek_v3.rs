@@ -2,8 +2,9 @@
 //! (`deepseek_v2.rs`: latent attention, dense first layers, shared experts) with V3's router —
 //! sigmoid scores, the experts chosen with `e_score_correction_bias` added within the groups
 //! whose best two score highest (`noaux_tc`), weighted by their plain scores, renormalized and
-//! scaled by `routed_scaling_factor`. The multi-token-prediction layers of the real checkpoints
-//! are not used (nor by transformers). GGUF files of V3 are llama.cpp's `deepseek2`, read by the
+//! scaled by `routed_scaling_factor`. The checkpoints' multi-token-prediction layer is not part
+//! of the model (nor in transformers); `--speculative-config` method `mtp` drafts with it
+//! (`mtp.rs`, loaded by `deepseek_v2::load_deepseek_v3_mtp`). GGUF files of V3 are llama.cpp's `deepseek2`, read by the
 //! V2 spec (`deepseek_gguf.rs`), which hands them to this one.
 
 use crate::arch::{ArchSpec, TinySpec};

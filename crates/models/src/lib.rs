@@ -32,6 +32,7 @@ pub mod model;
 pub mod modernbert;
 pub mod moe;
 pub mod mpnet;
+pub mod mtp;
 pub mod nemotron_h;
 pub mod norm;
 pub mod olmoe;

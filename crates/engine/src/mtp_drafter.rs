@@ -1,0 +1,158 @@
+//! The MTP proposer (`--speculative-config '{"method": "mtp", ...}'`): the checkpoint's
+//! multi-token-prediction layer ([`vllm_rs_models::mtp`]) drafts from the target's final
+//! hidden states, as vLLM's EAGLE/MTP proposer does.
+//!
+//! The layer's entry at position `p` is computed from the target's hidden state at `p` and the
+//! token at `p + 1`, so every step, after sampling, it takes in each request's target rows whose
+//! next token is now known (prefill chunks included: its cache must hold every position). The
+//! last of them yields the first draft; each further draft feeds the one before, with the
+//! layer's own output as the hidden state. Like the draft model it keeps its own K/V over the
+//! target's block tables (a full-attention group), and chained drafts write into the `k`
+//! lookahead slots the scheduler reserves; the next step's rows overwrite what was rejected.
+
+use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
+use vllm_rs_models::layers::gather_rows;
+use vllm_rs_models::mtp::Mtp;
+use vllm_rs_models::{ForwardBatch, GroupBatch, Workspace};
+
+/// One request's share of a step: rows `rows` of the target's batch are positions
+/// `first_position..` whose next tokens are in `tokens`; at most `limit` drafts are wanted.
+pub struct MtpJob<'a> {
+    pub tokens: &'a [u32],
+    pub block_table: &'a [u32],
+    pub rows: std::ops::Range<usize>,
+    pub first_position: usize,
+    pub limit: usize,
+}
+
+pub struct MtpDrafter {
+    mtp: Mtp,
+    kv: KvCache,
+    ws: Workspace,
+    k: usize,
+    round: Round,
+    /// Hidden states a round starts from, `rows × hidden`.
+    hidden: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+/// One forward's inputs, reused between rounds.
+#[derive(Default)]
+struct Round {
+    ids: Vec<u32>,
+    positions: Vec<u32>,
+    slots: Vec<usize>,
+    /// Per request in the round: (job index, first row, rows, sequence length).
+    seqs: Vec<(usize, usize, usize, usize)>,
+    /// The last row of each request that wants a draft, and the request's index in `seqs`.
+    last_rows: Vec<usize>,
+    drafting: Vec<usize>,
+}
+
+impl Round {
+    fn clear(&mut self) {
+        self.ids.clear();
+        self.positions.clear();
+        self.slots.clear();
+        self.seqs.clear();
+        self.last_rows.clear();
+        self.drafting.clear();
+    }
+
+    /// Adds job `j`'s `ids` at positions `first..`; `draft`: its last row's logits are wanted.
+    fn push(&mut self, j: usize, ids: &[u32], first: usize, table: &[u32], bs: usize, draft: bool) {
+        let start = self.ids.len();
+        self.ids.extend_from_slice(ids);
+        for p in first..first + ids.len() {
+            self.positions.push(p as u32);
+            self.slots.push(table[p / bs] as usize * bs + p % bs);
+        }
+        if draft {
+            self.last_rows.push(start + ids.len() - 1);
+            self.drafting.push(self.seqs.len());
+        }
+        self.seqs.push((j, start, ids.len(), first + ids.len()));
+    }
+}
+
+impl MtpDrafter {
+    /// A drafter over `num_blocks` blocks of `block_size` tokens (the target's block ids).
+    pub fn new(mtp: Mtp, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+        let kv = mtp.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
+        let (ws, round) = (Workspace::default(), Round::default());
+        MtpDrafter { mtp, kv, ws, k, round, hidden: Vec::new(), logits: Vec::new() }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.mtp.info().vocab_size
+    }
+
+    /// Takes in every job's rows (`target_hidden`: the target's final hidden states of the
+    /// step, one row per batch row); greedy drafts for each job, in job order.
+    pub fn propose(&mut self, target_hidden: &[f32], jobs: &[MtpJob]) -> Vec<Vec<u32>> {
+        let dim = self.mtp.info().hidden_size;
+        let bs = self.kv.block_size;
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
+        let mut round = std::mem::take(&mut self.round);
+        round.clear();
+        self.hidden.clear();
+        for (j, job) in jobs.iter().enumerate().filter(|(_, job)| !job.rows.is_empty()) {
+            let (p, n) = (job.first_position, job.rows.len());
+            round.push(j, &job.tokens[p + 1..p + 1 + n], p, job.block_table, bs, job.limit > 0);
+            self.hidden.extend_from_slice(&target_hidden[job.rows.start * dim..job.rows.end * dim]);
+        }
+        let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
+        let mut step = 0;
+        while !round.seqs.is_empty() {
+            let next = self.run(&round, jobs);
+            step += 1;
+            // The next round: one row per request still drafting, fed its draft and the hidden
+            // state of the row that proposed it.
+            let chain = self.mtp.chain_hidden(&self.ws);
+            self.hidden.clear();
+            let mut following = Round::default();
+            for (&si, (&row, tok)) in round.drafting.iter().zip(round.last_rows.iter().zip(next)) {
+                let (j, _, _, seq_len) = round.seqs[si];
+                drafts[j].push(tok);
+                if step < width && drafts[j].len() < jobs[j].limit {
+                    following.push(j, &[tok], seq_len, jobs[j].block_table, bs, true);
+                    self.hidden.extend_from_slice(&chain[row * dim..(row + 1) * dim]);
+                }
+            }
+            round = following;
+        }
+        self.round = round;
+        drafts
+    }
+
+    /// One forward over the round; the argmax token of each drafting request's last row.
+    fn run(&mut self, round: &Round, jobs: &[MtpJob]) -> Vec<u32> {
+        let seqs = round
+            .seqs
+            .iter()
+            .map(|&(j, start, rows, seq_len)| SeqAttention {
+                query_start: start,
+                query_len: rows,
+                seq_len,
+                block_table: jobs[j].block_table,
+            })
+            .collect();
+        let batch = ForwardBatch {
+            input_ids: &round.ids,
+            positions: &round.positions,
+            groups: vec![GroupBatch { slot_mapping: &round.slots, seqs }],
+            logits_indices: &round.last_rows,
+            state_saves: &[],
+        };
+        self.mtp.forward(&batch, &self.hidden, &mut self.kv, &mut self.ws);
+        if round.last_rows.is_empty() {
+            return Vec::new(); // a catch-up only
+        }
+        let mut normed = Vec::new();
+        gather_rows(&self.ws.x, self.mtp.info().hidden_size, &round.last_rows, &mut normed);
+        self.mtp.compute_logits(self.ws.backend, &normed, &mut self.logits);
+        let mut next = Vec::new();
+        self.ws.backend.argmax_rows(&self.logits, self.vocab_size(), &mut next);
+        next
+    }
+}

@@ -1,0 +1,145 @@
+//! MTP speculative decoding on the tiny DeepSeek-V3 with an MTP layer
+//! (`scripts/make_tiny_mtp.py`): the drafts proposed after every step equal the plain-torch
+//! reference's (so the layer, the target hidden states it is fed, its cache catch-up after
+//! accepted and rejected drafts and the chained steps are all right), greedy output is the
+//! target's alone and in a batch of 32 under chunked prefill and preemption, and checkpoints
+//! without MTP weights are refused with a message that says so.
+
+use vllm_rs_engine::{
+    DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig,
+};
+use vllm_rs_testutil::{golden, test_data};
+
+struct Case {
+    prompt: Vec<u32>,
+    tokens: Vec<u32>,
+    drafts: Vec<Vec<u32>>,
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn cases() -> (Vec<Case>, usize) {
+    let g = golden("tiny/deepseek_v3_mtp.json");
+    let cases = g["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| Case {
+            prompt: ids(&c["prompt_token_ids"]),
+            tokens: ids(&c["token_ids"]),
+            drafts: c["drafts_after_each_step"].as_array().unwrap().iter().map(ids).collect(),
+        })
+        .collect();
+    (cases, g["max_tokens"].as_u64().unwrap() as usize)
+}
+
+fn engine(spec: Option<&str>, budget: usize, blocks: usize) -> EngineCore {
+    let dir = test_data("data/tiny/deepseek_v3_mtp");
+    let lm = vllm_rs_models::load(&dir).expect("model loads");
+    let mut cfg = EngineConfig::new(96, blocks);
+    cfg.block_size = 4;
+    cfg.max_num_batched_tokens = budget;
+    cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
+    let draft = spec.map(|_| DraftWeights::Mtp(Box::new(vllm_rs_models::mtp::load(&dir).expect("MTP layer loads"))));
+    EngineCore::with_draft(lm.model, draft, cfg).expect("engine")
+}
+
+fn request(i: usize, prompt: &[u32], max_tokens: usize) -> EngineRequest {
+    EngineRequest {
+        request_id: format!("r{i}"),
+        prompt_token_ids: prompt.to_vec(),
+        params: SamplingParams { max_tokens, ignore_eos: true, ..SamplingParams::greedy() },
+        priority: 0,
+        cache_salt: None,
+    }
+}
+
+const MTP3: &str = r#"{"method": "mtp", "num_speculative_tokens": 3}"#;
+
+#[test]
+fn mtp_drafts_equal_the_reference_after_every_step() {
+    let (cases, max_tokens) = cases();
+    // Whole prompts in one step, and prompts in chunks of 16 tokens (the layer takes in every
+    // chunk's rows).
+    for (i, c, budget) in cases.iter().enumerate().flat_map(|(i, c)| [(i, c, 512), (i, c, 16)]) {
+        let mut core = engine(Some(MTP3), budget, 256);
+        core.add_request(request(0, &c.prompt, max_tokens)).unwrap();
+        let (mut drafts, mut tokens) = (Vec::new(), Vec::new());
+        while core.has_unfinished() {
+            let before = tokens.len();
+            for o in core.step() {
+                tokens.extend(o.new_token_ids);
+            }
+            // Drafts follow each step that sampled (not a prefill chunk before the last).
+            if let Some(r) = core.scheduler.request("r0").filter(|_| tokens.len() > before) {
+                drafts.push(r.spec_token_ids.clone());
+            }
+        }
+        assert_eq!(tokens, c.tokens, "case {i}, budget {budget}: greedy tokens");
+        // After the last step the request is gone: the reference lists the drafts after each
+        // step but that one.
+        assert_eq!(drafts, c.drafts, "case {i}, budget {budget}: drafts after each step");
+    }
+}
+
+/// 32 requests (the cases over and over) with a budget of `budget` tokens a step, over
+/// `blocks` blocks of 4 tokens; no batch-size cut.
+fn batch_of_32(budget: usize, blocks: usize) -> EngineCore {
+    let (cases, max_tokens) = cases();
+    let spec = r#"{"method": "mtp", "num_speculative_tokens": 3, "disable_by_batch_size": null}"#;
+    let mut core = engine(Some(spec), budget, blocks);
+    let reqs = (0..32).map(|i| request(i, &cases[i % cases.len()].prompt, max_tokens)).collect();
+    let got: Vec<FinalOutput> = core.generate(reqs).expect("requests run");
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.token_ids, cases[i % cases.len()].tokens, "request {i}");
+    }
+    let s = &core.stats;
+    eprintln!(
+        "mtp batch over {blocks} blocks: {} drafts, {} draft tokens, {} accepted, per position {:?}, {} preemptions",
+        s.spec_decode_num_drafts,
+        s.spec_decode_num_draft_tokens,
+        s.spec_decode_num_accepted_tokens,
+        s.spec_decode_accepted_per_pos,
+        s.num_preemptions_total
+    );
+    let pool = &core.scheduler.kv.pool;
+    assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
+    core
+}
+
+#[test]
+fn mtp_drafts_are_the_same_in_a_batch() {
+    // With a budget that never cuts drafts, each request drafts what it drafts alone: as many
+    // draft tokens, as many accepted (each step but the prefill yields its accepted drafts and
+    // one token more).
+    let (cases, max_tokens) = cases();
+    let core = batch_of_32(4096, 1024);
+    let (mut drafted, mut accepted) = (0, 0);
+    for i in 0..32 {
+        let c = &cases[i % cases.len()];
+        drafted += c.drafts.iter().map(Vec::len).sum::<usize>() as u64;
+        accepted += (max_tokens - 1 - c.drafts.len()) as u64;
+    }
+    assert_eq!(core.stats.num_preemptions_total, 0);
+    assert_eq!(core.stats.spec_decode_num_draft_tokens, drafted);
+    assert_eq!(core.stats.spec_decode_num_accepted_tokens, accepted);
+}
+
+#[test]
+fn mtp_keeps_greedy_output_exact_under_preemption() {
+    // 32 blocks hold few requests at once: some are preempted and recomputed, and with them
+    // the MTP layer's cache; a 16-token budget chunks prompts and cuts drafts.
+    let core = batch_of_32(16, 32);
+    assert!(core.stats.num_preemptions_total > 0, "the small cache must preempt for this test to cover it");
+    assert!(core.stats.spec_decode_num_accepted_tokens > 0);
+}
+
+#[test]
+fn checkpoints_without_mtp_layers_are_refused() {
+    let e = vllm_rs_models::mtp::load(&test_data("data/tiny/deepseek_v3")).err().expect("no MTP weights");
+    assert!(e.to_string().contains("no MTP weights"), "{e}");
+    let e = vllm_rs_models::mtp::load(&test_data("data/tiny/llama")).err().expect("no MTP for llama");
+    assert!(e.to_string().contains("MTP is implemented for DeepseekV3ForCausalLM"), "{e}");
+}

@@ -1,0 +1,116 @@
+//! Multi-token prediction (MTP): the extra layer some checkpoints ship beside the model
+//! (DeepSeek-V3's `model.layers.{num_hidden_layers}`), which guesses the token after next from
+//! the model's final hidden state at a position and the embedding of the next token. It serves
+//! as a speculative-decoding drafter (`--speculative-config '{"method": "mtp", ...}'`), as in
+//! vLLM's `deepseek_mtp.py`:
+//!
+//! `x = eh_proj([enorm(embed(token p+1)), hnorm(hidden p)])`, one decoder layer over `x` with
+//! its own KV cache, then the head's norm and the head. Chained drafts feed the layer's own
+//! output hidden state back in place of the model's.
+
+use crate::batch::ForwardBatch;
+use crate::checkpoint::Checkpoint;
+use crate::decoder::DecoderModel;
+use crate::error::{Error, Result};
+use crate::layers::Linear;
+use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
+use crate::norm::Norm;
+use serde_json::Value;
+use std::path::Path;
+use vllm_rs_kernels::Backend;
+use vllm_rs_kernels::attention::KvCache;
+
+/// Which hidden state a chained draft step takes from the step before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chain {
+    /// The layer's output before the head's norm (DeepSeek).
+    PreNorm,
+    /// The normed output the head reads.
+    Normed,
+}
+
+pub struct Mtp {
+    pub enorm: Norm,
+    pub hnorm: Norm,
+    /// `hidden × 2·hidden`: the normed embedding and the normed hidden state, side by side.
+    pub eh_proj: Linear,
+    /// One decoder layer, with the MTP's embedding table, the head's norm as its final norm
+    /// and the head as its `lm_head`.
+    pub block: DecoderModel,
+    /// Embeddings at position 0 are zeroed (DeepSeek: nothing precedes them).
+    pub mask_position_0: bool,
+    pub chain: Chain,
+}
+
+/// Builds an MTP layer from a checkpoint and its config.
+type Loader = fn(&Checkpoint, &Value) -> Result<Mtp>;
+
+/// The MTP loaders, by HF class.
+const LOADERS: &[(&str, Loader)] = &[("DeepseekV3ForCausalLM", crate::deepseek_v2::load_deepseek_v3_mtp)];
+
+/// Loads the MTP layer of the HF checkpoint folder `path`.
+pub fn load(path: &Path) -> Result<Mtp> {
+    if !path.is_dir() {
+        return Err(Error::file(path, "MTP layers are read from HF safetensors folders only (GGUF: not yet)"));
+    }
+    let config = crate::config::read_config(path)?;
+    let arch = crate::config::architecture(&config)?;
+    let Some((_, loader)) = LOADERS.iter().find(|(class, _)| *class == arch) else {
+        let with: Vec<&str> = LOADERS.iter().map(|(c, _)| *c).collect();
+        return Err(Error::msg(format!(
+            "{arch} has no MTP layers we can run; MTP is implemented for {}",
+            with.join(", ")
+        )));
+    };
+    let ck = Checkpoint::from_safetensors_dir(path)?;
+    loader(&ck, &config).map_err(|e| match e {
+        Error::Msg(m) => Error::file(&path.join("config.json"), m),
+        e => e,
+    })
+}
+
+impl Mtp {
+    pub fn info(&self) -> &ModelInfo {
+        self.block.info()
+    }
+
+    /// Runs the batch's rows: `batch.input_ids` are the tokens after each row's position,
+    /// `hidden` (`rows × hidden_size`) the hidden states at those positions. Afterwards
+    /// [`Mtp::chain_hidden`] holds what a chained step takes and `ws.x` what the head reads.
+    pub fn forward(&self, batch: &ForwardBatch, hidden: &[f32], kv: &mut KvCache, ws: &mut Workspace) {
+        let be = ws.backend;
+        let dim = self.info().hidden_size;
+        let (e, h) = (&mut ws.gate, &mut ws.up);
+        self.block.embed_input_ids(be, batch.input_ids, e);
+        if self.mask_position_0 {
+            for (row, &p) in e.chunks_exact_mut(dim).zip(batch.positions) {
+                if p == 0 {
+                    row.fill(0.0);
+                }
+            }
+        }
+        self.enorm.forward(be, e);
+        h.clear();
+        h.extend_from_slice(hidden);
+        self.hnorm.forward(be, h);
+        let cat: Vec<f32> =
+            e.chunks_exact(dim).zip(h.chunks_exact(dim)).flat_map(|(a, b)| a.iter().chain(b)).copied().collect();
+        let mut x = std::mem::take(&mut ws.selected);
+        self.eh_proj.forward(be, &cat, batch.num_tokens(), &mut x);
+        self.block.forward(ForwardInput::Embeddings(&x), batch, kv, ws);
+        ws.selected = x;
+    }
+
+    /// The hidden states a chained step takes, after [`Mtp::forward`].
+    pub fn chain_hidden<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
+        match self.chain {
+            Chain::PreNorm => &ws.h,
+            Chain::Normed => &ws.x,
+        }
+    }
+
+    /// Logits of head-normed rows `hidden` (gathered from `ws.x`).
+    pub fn compute_logits(&self, be: &dyn Backend, hidden: &[f32], logits: &mut Vec<f32>) {
+        self.block.compute_logits(be, hidden, logits);
+    }
+}
