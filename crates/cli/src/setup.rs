@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
 use vllm_rs_engine::{
-    DraftWeights, EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy,
+    DraftWeights, EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy, draft_state_slots,
     kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
@@ -213,7 +213,10 @@ fn load_generate(
                 .kv_cache_memory
                 .or(args.vllm.gpu_memory_utilization.map(share))
                 .unwrap_or_else(|| default_kv_bytes(one, args.max_num_seqs));
-            (state_budget(&mut cfg, bytes, state_per_request, snapshots_wanted) / per_block) as usize
+            let left = state_budget(&mut cfg, bytes, state_per_request, snapshots_wanted);
+            // The states after each draft, for rolling back rejected ones.
+            let drafts = draft_state_slots(&cfg) as u64 * state_per_request;
+            (left.saturating_sub(drafts) / per_block) as usize
         }
     };
     let num_blocks = cfg.num_blocks;
@@ -226,10 +229,11 @@ fn load_generate(
         num_blocks as f64 / per_request as f64
     );
     if state_per_request > 0 {
-        let slots = cfg.max_num_seqs + cfg.num_state_snapshots;
+        let drafts = draft_state_slots(&cfg);
+        let slots = cfg.max_num_seqs + cfg.num_state_snapshots + drafts;
         info!(
-            "recurrent state: {} running-request slots and {} prefix-cache snapshots (every {} tokens, and where \
-             prompts end or diverge) of {:.2} MiB, {:.1} MiB in all (f32)",
+            "recurrent state: {} running-request slots, {} prefix-cache snapshots (every {} tokens, and where \
+             prompts end or diverge) and {drafts} for speculative rollback, of {:.2} MiB, {:.1} MiB in all (f32)",
             cfg.max_num_seqs,
             cfg.num_state_snapshots,
             cfg.mamba_block_size,

@@ -1,7 +1,8 @@
 //! A hybrid model (the tiny Qwen3.5: gated delta-net layers beside attention) served over HTTP:
 //! prefix-cache hits for requests sharing a prefix (the recurrent state resumes from a saved
 //! snapshot), reported in /metrics, with the output of a server that caches nothing; the
-//! `--mamba-*` flags; speculative decoding refused with a reason.
+//! `--mamba-*` flags; speculative decoding with the recurrent state rolled back after rejected
+//! drafts.
 //!
 //! The tiny model has no tokenizer (its vocabulary is 320 ids): prompts are token ids, and
 //! SmolLM2's tokenizer turns the ids it samples into text.
@@ -50,12 +51,13 @@ fn requests_sharing_a_prefix_resume_from_the_saved_recurrent_state() {
 }
 
 #[test]
-fn bad_mamba_block_size_and_speculative_decoding_are_refused() {
+fn a_bad_mamba_block_size_and_a_recurrent_draft_model_are_refused() {
     let model = vllm_rs_testutil::test_data("data/tiny/qwen3_5").to_string_lossy().into_owned();
     let tokenizer = vllm_rs_testutil::hf_dir("smollm2").to_string_lossy().into_owned();
+    let spec = serde_json::json!({"model": model, "num_speculative_tokens": 3}).to_string();
     for (flag, value, says) in [
         ("--mamba-block-size", "100", "must be a positive multiple of --block-size"),
-        ("--speculative-config", r#"{"method": "ngram", "num_speculative_tokens": 3}"#, "recurrent"),
+        ("--speculative-config", spec.as_str(), "use a draft with attention layers only"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
             .args(["generate", "--model", &model, "--tokenizer", &tokenizer, "--prompt", "x", flag, value])
@@ -65,4 +67,18 @@ fn bad_mamba_block_size_and_speculative_decoding_are_refused() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(says), "{flag} {value}: {err}");
     }
+}
+
+#[test]
+fn speculative_decoding_on_a_hybrid_model_keeps_the_greedy_text() {
+    // Drafts from a tiny Llama of the same vocabulary: mostly rejected, so the recurrent state
+    // is rolled back on most steps.
+    let draft = vllm_rs_testutil::test_data("data/tiny/llama").to_string_lossy().into_owned();
+    let spec = json!({"model": draft, "num_speculative_tokens": 3}).to_string();
+    let s = start(&["--speculative-config", &spec]);
+    let plain = start(&[]);
+    for seed in [1, 2] {
+        assert_eq!(text(&s.ok("/v1/completions", &prompt(seed))), text(&plain.ok("/v1/completions", &prompt(seed))));
+    }
+    assert!(s.metric("vllm:spec_decode_num_draft_tokens_total") > 0.0, "{}", s.log());
 }

@@ -290,7 +290,8 @@ impl Scheduler {
                 .collect();
             let state_restore = self.kv.take_state_restore(&id);
             let req = &self.requests[&id];
-            let state_saves = self.kv.plan_state_saves(req, start, start + n);
+            // Snapshots hold verified tokens only: none within the drafts.
+            let state_saves = self.kv.plan_state_saves(req, start, start + n - num_drafts);
             out.scheduled.push(ScheduledRequest {
                 state_restore,
                 state_saves,

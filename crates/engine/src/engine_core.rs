@@ -189,14 +189,6 @@ impl EngineCore {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let layout = kv_cache_layout(model.as_ref(), config.block_size, !config.disable_hybrid_kv_cache_manager);
-        if config.speculative_config.is_some() && model.info().has_recurrent_layers() {
-            // A rejected draft would have to roll the recurrent state back.
-            return Err(EngineError::InvalidRequest(
-                "speculative decoding is not supported for models with recurrent (linear-attention or state-space) \
-                 layers yet"
-                    .into(),
-            ));
-        }
         let blocks_needed =
             kv_blocks_per_request(&layout, config.block_size, config.max_model_len, config.max_num_batched_tokens);
         if config.num_blocks < blocks_needed {
@@ -232,6 +224,14 @@ impl EngineCore {
                 (c.num_speculative_tokens, config.num_blocks, config.block_size, config.kv_cache_dtype);
             let proposer = match draft {
                 DraftWeights::Model(m) => {
+                    if m.info().has_recurrent_layers() {
+                        // Its own rejected drafts would need its state rolled back too.
+                        return Err(EngineError::InvalidRequest(format!(
+                            "draft_model: the draft ({}) has recurrent (linear-attention or state-space) layers; \
+                             use a draft with attention layers only",
+                            m.info().architecture
+                        )));
+                    }
                     let group = draft_group(runner.model.as_ref(), m.info(), &layout)?;
                     (Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype))), group)
                 }

@@ -18,6 +18,7 @@ pub use engine_core::{
 };
 pub use handle::{EngineHandle, RequestStream};
 pub use pooling_runner::{PoolingHandle, PoolingInput, PoolingLimits, PoolingTask};
+pub use runner::draft_state_slots;
 pub use sampler::TokenLogprobs;
 pub use sampling_params::{LogprobsMode, ParamError, SamplingParams};
 pub use speculative::SpeculativeConfig;

@@ -77,6 +77,9 @@ pub struct ModelRunner {
     /// The drafter with weights (`draft_model`, `mtp`) and the KV cache group whose block
     /// tables it shares.
     drafter: Option<(Proposer, usize)>,
+    /// Models with recurrent layers under speculation: the first of the state slots that keep
+    /// the states after each draft (`k` per drafting request, past the scheduler's slots).
+    draft_states: Option<u32>,
     max_model_len: usize,
     /// The flat batch of the last step (kept for its allocations).
     batch: FlatBatch,
@@ -107,6 +110,9 @@ struct FlatBatch {
     state_saves: Vec<(usize, u32)>,
     /// For each logits row: (scheduled index, prompt position it predicts, is the sample row).
     logits_rows: Vec<(usize, Option<usize>, bool)>,
+    /// Requests with drafts whose recurrent states are saved after each draft row: (scheduled
+    /// index, first of their `k` slots).
+    draft_state_slots: Vec<(usize, u32)>,
 }
 
 impl FlatBatch {
@@ -121,6 +127,7 @@ impl FlatBatch {
         self.logits_indices.clear();
         self.logits_rows.clear();
         self.state_saves.clear();
+        self.draft_state_slots.clear();
     }
 }
 
@@ -135,8 +142,12 @@ impl ModelRunner {
             }
         }
         // Recurrent layers: a state per request slot (the scheduler hands out `max_num_seqs`),
-        // then the prefix cache's snapshots.
+        // then the prefix cache's snapshots, then under speculation `k` per request that can
+        // have drafts (the states after each draft, for rolling back rejected ones).
         let states: Vec<usize> = layout.layer_group.iter().map(|&g| layout.groups[g].spec.state_elements()).collect();
+        let recurrent = layout.groups.iter().any(|g| !g.spec.is_paged());
+        let scheduler_slots = c.max_num_seqs + c.num_state_snapshots;
+        let draft_slots = if recurrent { draft_state_slots(c) } else { 0 };
         let kv = KvCache::with_layout(
             c.num_blocks,
             c.block_size,
@@ -145,7 +156,7 @@ impl ModelRunner {
             &layout.layer_tensor,
             &layout.layer_group,
         )
-        .with_states(&states, c.max_num_seqs + c.num_state_snapshots);
+        .with_states(&states, scheduler_slots + draft_slots);
         ModelRunner {
             model,
             kv,
@@ -154,6 +165,7 @@ impl ModelRunner {
             paged_groups: layout.groups.iter().map(|g| g.spec.is_paged()).collect(),
             speculative: c.speculative_config.clone(),
             drafter: None,
+            draft_states: (draft_slots > 0).then_some(scheduler_slots as u32),
             max_model_len: c.max_model_len,
             batch: FlatBatch::default(),
             workspace: Workspace::default(),
@@ -230,6 +242,15 @@ impl ModelRunner {
             }
             b.seq_lens.push(start + n);
             b.state_saves.extend(s.state_saves.iter().map(|&(pos, slot)| (start_row + pos - 1 - start, slot)));
+            if let Some(first) = self.draft_states.filter(|_| !s.spec_token_ids.is_empty()) {
+                // The state after the last known token and after each draft but the last (the
+                // request's own slot ends after that one), in this request's `k` slots.
+                let k = self.speculative.as_ref().map_or(0, |c| c.num_speculative_tokens);
+                let base = first + (b.draft_state_slots.len() * k) as u32;
+                let last_known = start_row + known - 1;
+                b.state_saves.extend((0..s.spec_token_ids.len()).map(|j| (last_known + j, base + j as u32)));
+                b.draft_state_slots.push((si, base));
+            }
             if let Some(src) = s.state_restore {
                 // A prefix-cache hit: the saved state at the hit's end becomes the request's.
                 let g = self.paged_groups.iter().position(|p| !p).expect("restores need a recurrent group");
@@ -345,6 +366,14 @@ impl ModelRunner {
                 r.tokens.push(tok);
                 r.logprobs.extend(lp);
             }
+            if let Some(&(_, base)) = self.batch.draft_state_slots.iter().find(|(i, _)| *i == si) {
+                // A rejected draft: the state after the last accepted token becomes the request's.
+                let accepted = r.tokens.len() - 1;
+                if accepted < out.scheduled[si].spec_token_ids.len() {
+                    let g = self.paged_groups.iter().position(|p| !p).expect("a recurrent group");
+                    self.kv.copy_state((base as usize) + accepted, state.block_ids[g][0] as usize);
+                }
+            }
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
                 state.prompt_logprobs.resize(state.prompt().len(), None);
                 r.prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
@@ -392,6 +421,15 @@ impl ModelRunner {
         }
         results
     }
+}
+
+/// State slots a model with recurrent layers needs under speculation for rolling back rejected
+/// drafts: `k` per request that can have drafts in one step (every running request, unless
+/// drafting stops above a batch size).
+pub fn draft_state_slots(c: &EngineConfig) -> usize {
+    c.speculative_config.as_ref().map_or(0, |s| {
+        s.num_speculative_tokens * s.disable_by_batch_size.map_or(c.max_num_seqs, |m| m.min(c.max_num_seqs))
+    })
 }
 
 /// Every scheduled request's rows the MTP layer takes in (those whose next token is now known:

@@ -13,7 +13,8 @@ pub struct ForwardBatch<'a> {
     /// Rows whose logits are wanted (usually each request's last row).
     pub logits_indices: &'a [usize],
     /// Recurrent layers: `(row, slot)` — once row `row` is in, save the request's state into
-    /// state slot `slot` (a prefix-cache snapshot).
+    /// state slot `slot` (a prefix-cache snapshot, or the state after a draft token that
+    /// verification may reject). In row order; a row may have several.
     pub state_saves: &'a [(usize, u32)],
 }
 

@@ -44,7 +44,16 @@ pub fn conv_with_saves(
     let mut from = s.query_start;
     let ends = saves_in(saves, s).map(|(r, slot)| (r + 1, Some(slot))).chain([(s.query_start + s.query_len, None)]);
     for (end, snapshot) in ends {
-        be.causal_conv1d(&mut x[from * channels..end * channels], &mut states[at..at + window], weight, kernel, row);
+        if end > from {
+            // (Two saves after one row make an empty piece.)
+            be.causal_conv1d(
+                &mut x[from * channels..end * channels],
+                &mut states[at..at + window],
+                weight,
+                kernel,
+                row,
+            );
+        }
         if let Some(slot) = snapshot {
             states.copy_within(at..at + window, slot as usize * per_slot);
         }
@@ -86,7 +95,8 @@ pub struct HeadLayout {
 /// Runs `step(row, head, state, out, scratch)` over every request's rows in order, one task per
 /// (request, head) — on the pool's threads when the work is large — with `state` the head's state
 /// in the request's slot and `out` the row's output for that head. After a row the batch saves
-/// (`saves`), the head's state is copied into the snapshot's slot.
+/// (`saves`, in row order; a row may have several), the head's state is copied into the
+/// snapshot's slot.
 pub fn scan_heads(
     (seqs, saves): (&[SeqAttention], &[(usize, u32)]),
     (states, per_slot): (&mut [f32], usize),
@@ -108,7 +118,7 @@ pub fn scan_heads(
             // SAFETY: as above.
             let o = unsafe { out.range((t * l.heads + h) * l.head_out, l.head_out) };
             step(t, h, state, o, &mut scratch);
-            if let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
+            while let Some((_, slot)) = saves.next_if(|(r, _)| *r == t) {
                 // SAFETY: as above.
                 unsafe { states.range(head_at(slot as usize), l.head_state) }.copy_from_slice(state);
             }
