@@ -1,9 +1,10 @@
-//! MTP speculative decoding on the tiny DeepSeek-V3 with an MTP layer
-//! (`scripts/make_tiny_mtp.py`): the drafts proposed after every step equal the plain-torch
-//! reference's (so the layer, the target hidden states it is fed, its cache catch-up after
-//! accepted and rejected drafts and the chained steps are all right), greedy output is the
-//! target's alone and in a batch of 32 under chunked prefill and preemption, and checkpoints
-//! without MTP weights are refused with a message that says so.
+//! MTP speculative decoding on the tiny DeepSeek-V3 and Qwen3.5 (a hybrid: rejected drafts roll
+//! its recurrent state back) with a trained MTP layer (`scripts/make_tiny_mtp.py`): the drafts
+//! proposed after every step equal the plain-torch reference's (so the layer, the target hidden
+//! states it is fed, its cache catch-up after accepted and rejected drafts and the chained steps
+//! are all right), greedy output is the target's alone and in a batch of 32 under chunked
+//! prefill and preemption, and checkpoints without MTP weights are refused with a message that
+//! says so.
 
 use vllm_rs_engine::{
     DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig,
@@ -20,8 +21,8 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-fn cases() -> (Vec<Case>, usize) {
-    let g = golden("tiny/deepseek_v3_mtp.json");
+fn cases(model: &str) -> (Vec<Case>, usize) {
+    let g = golden(&format!("tiny/{model}_mtp.json"));
     let cases = g["cases"]
         .as_array()
         .unwrap()
@@ -35,8 +36,8 @@ fn cases() -> (Vec<Case>, usize) {
     (cases, g["max_tokens"].as_u64().unwrap() as usize)
 }
 
-fn engine(spec: Option<&str>, budget: usize, blocks: usize) -> EngineCore {
-    let dir = test_data("data/tiny/deepseek_v3_mtp");
+fn engine(model: &str, spec: Option<&str>, budget: usize, blocks: usize) -> EngineCore {
+    let dir = test_data(&format!("data/tiny/{model}_mtp"));
     let lm = vllm_rs_models::load(&dir).expect("model loads");
     let mut cfg = EngineConfig::new(96, blocks);
     cfg.block_size = 4;
@@ -58,13 +59,12 @@ fn request(i: usize, prompt: &[u32], max_tokens: usize) -> EngineRequest {
 
 const MTP3: &str = r#"{"method": "mtp", "num_speculative_tokens": 3}"#;
 
-#[test]
-fn mtp_drafts_equal_the_reference_after_every_step() {
-    let (cases, max_tokens) = cases();
+fn drafts_equal_the_reference_after_every_step(model: &str) {
+    let (cases, max_tokens) = cases(model);
     // Whole prompts in one step, and prompts in chunks of 16 tokens (the layer takes in every
     // chunk's rows).
     for (i, c, budget) in cases.iter().enumerate().flat_map(|(i, c)| [(i, c, 512), (i, c, 16)]) {
-        let mut core = engine(Some(MTP3), budget, 256);
+        let mut core = engine(model, Some(MTP3), budget, 256);
         core.add_request(request(0, &c.prompt, max_tokens)).unwrap();
         let (mut drafts, mut tokens) = (Vec::new(), Vec::new());
         while core.has_unfinished() {
@@ -86,10 +86,10 @@ fn mtp_drafts_equal_the_reference_after_every_step() {
 
 /// 32 requests (the cases over and over) with a budget of `budget` tokens a step, over
 /// `blocks` blocks of 4 tokens; no batch-size cut.
-fn batch_of_32(budget: usize, blocks: usize) -> EngineCore {
-    let (cases, max_tokens) = cases();
+fn batch_of_32(model: &str, budget: usize, blocks: usize) -> EngineCore {
+    let (cases, max_tokens) = cases(model);
     let spec = r#"{"method": "mtp", "num_speculative_tokens": 3, "disable_by_batch_size": null}"#;
-    let mut core = engine(Some(spec), budget, blocks);
+    let mut core = engine(model, Some(spec), budget, blocks);
     let reqs = (0..32).map(|i| request(i, &cases[i % cases.len()].prompt, max_tokens)).collect();
     let got: Vec<FinalOutput> = core.generate(reqs).expect("requests run");
     for (i, g) in got.iter().enumerate() {
@@ -109,13 +109,12 @@ fn batch_of_32(budget: usize, blocks: usize) -> EngineCore {
     core
 }
 
-#[test]
-fn mtp_drafts_are_the_same_in_a_batch() {
+fn drafts_are_the_same_in_a_batch(model: &str) {
     // With a budget that never cuts drafts, each request drafts what it drafts alone: as many
     // draft tokens, as many accepted (each step but the prefill yields its accepted drafts and
     // one token more).
-    let (cases, max_tokens) = cases();
-    let core = batch_of_32(4096, 1024);
+    let (cases, max_tokens) = cases(model);
+    let core = batch_of_32(model, 4096, 1024);
     let (mut drafted, mut accepted) = (0, 0);
     for i in 0..32 {
         let c = &cases[i % cases.len()];
@@ -127,19 +126,43 @@ fn mtp_drafts_are_the_same_in_a_batch() {
     assert_eq!(core.stats.spec_decode_num_accepted_tokens, accepted);
 }
 
-#[test]
-fn mtp_keeps_greedy_output_exact_under_preemption() {
+fn greedy_output_is_exact_under_preemption(model: &str) {
     // 32 blocks hold few requests at once: some are preempted and recomputed, and with them
     // the MTP layer's cache; a 16-token budget chunks prompts and cuts drafts.
-    let core = batch_of_32(16, 32);
+    let core = batch_of_32(model, 16, 32);
     assert!(core.stats.num_preemptions_total > 0, "the small cache must preempt for this test to cover it");
     assert!(core.stats.spec_decode_num_accepted_tokens > 0);
 }
+
+macro_rules! with_mtp {
+    ($($model:ident),*) => {$(
+        mod $model {
+            #[test]
+            fn drafts_equal_the_reference_after_every_step() {
+                super::drafts_equal_the_reference_after_every_step(stringify!($model));
+            }
+
+            #[test]
+            fn drafts_are_the_same_in_a_batch() {
+                super::drafts_are_the_same_in_a_batch(stringify!($model));
+            }
+
+            #[test]
+            fn greedy_output_is_exact_under_preemption() {
+                super::greedy_output_is_exact_under_preemption(stringify!($model));
+            }
+        }
+    )*};
+}
+
+with_mtp!(deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next);
 
 #[test]
 fn checkpoints_without_mtp_layers_are_refused() {
     let e = vllm_rs_models::mtp::load(&test_data("data/tiny/deepseek_v3")).err().expect("no MTP weights");
     assert!(e.to_string().contains("no MTP weights"), "{e}");
+    let e = vllm_rs_models::mtp::load(&test_data("data/tiny/qwen3_5")).err().expect("no MTP weights");
+    assert!(e.to_string().contains("no MTP weights (mtp.fc.weight)"), "{e}");
     let e = vllm_rs_models::mtp::load(&test_data("data/tiny/llama")).err().expect("no MTP for llama");
     assert!(e.to_string().contains("MTP is implemented for DeepseekV3ForCausalLM"), "{e}");
 }

@@ -76,22 +76,7 @@ pub struct LoadedModel {
 /// Loads an HF model directory or a `.gguf` file.
 pub fn load(path: &Path) -> Result<LoadedModel> {
     if path.is_dir() {
-        let mut config = config::read_config(path)?;
-        let text_model = registry::text_model_of(&config);
-        if let Some((text, _)) = &text_model {
-            tracing::info!(
-                "serving the text model of {}: images and video are not supported",
-                config["architectures"][0]
-            );
-            config = text.clone();
-        }
-        let arch = config::architecture(&config).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
-        // Check the architecture before touching weights, so the error is about what matters.
-        registry::check(&arch).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
-        let mut ck = Checkpoint::from_safetensors_dir(path)?;
-        if let Some((_, prefix)) = text_model {
-            ck.rename_prefix(prefix, "model");
-        }
+        let (config, arch, ck) = open_hf_dir(path)?;
         let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, &path.join("config.json")))?;
         Ok(LoadedModel { model, config, gguf: None })
     } else if path.is_file() {
@@ -104,6 +89,24 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     } else {
         Err(Error::file(path, "no such file or directory"))
     }
+}
+
+/// An HF model folder's config (its text model's, for the multimodal classes served as text),
+/// architecture (supported, checked before any weight is read) and checkpoint.
+fn open_hf_dir(path: &Path) -> Result<(Value, String, Checkpoint)> {
+    let mut config = config::read_config(path)?;
+    let text_model = registry::text_model_of(&config);
+    if let Some((text, _)) = &text_model {
+        tracing::info!("serving the text model of {}: images and video are not supported", config["architectures"][0]);
+        config = text.clone();
+    }
+    let arch = config::architecture(&config).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
+    registry::check(&arch).map_err(|e| Error::file(&path.join("config.json"), e.to_string()))?;
+    let mut ck = Checkpoint::from_safetensors_dir(path)?;
+    if let Some((_, prefix)) = text_model {
+        ck.rename_prefix(prefix, "model");
+    }
+    Ok((config, arch, ck))
 }
 
 /// The encoder classes `load_encoder` builds.

@@ -46,15 +46,19 @@ pub struct Mtp {
 type Loader = fn(&Checkpoint, &Value) -> Result<Mtp>;
 
 /// The MTP loaders, by HF class.
-const LOADERS: &[(&str, Loader)] = &[("DeepseekV3ForCausalLM", crate::deepseek_v2::load_deepseek_v3_mtp)];
+const LOADERS: &[(&str, Loader)] = &[
+    ("DeepseekV3ForCausalLM", crate::deepseek_v2::load_deepseek_v3_mtp),
+    ("Qwen3_5ForCausalLM", crate::qwen3_5::load_mtp),
+    ("Qwen3_5MoeForCausalLM", crate::qwen3_5_moe::load_mtp),
+    ("Qwen3NextForCausalLM", crate::qwen3_next::load_mtp),
+];
 
 /// Loads the MTP layer of the HF checkpoint folder `path`.
 pub fn load(path: &Path) -> Result<Mtp> {
     if !path.is_dir() {
         return Err(Error::file(path, "MTP layers are read from HF safetensors folders only (GGUF: not yet)"));
     }
-    let config = crate::config::read_config(path)?;
-    let arch = crate::config::architecture(&config)?;
+    let (config, arch, ck) = crate::open_hf_dir(path)?;
     let Some((_, loader)) = LOADERS.iter().find(|(class, _)| *class == arch) else {
         let with: Vec<&str> = LOADERS.iter().map(|(c, _)| *c).collect();
         return Err(Error::msg(format!(
@@ -62,7 +66,6 @@ pub fn load(path: &Path) -> Result<Mtp> {
             with.join(", ")
         )));
     };
-    let ck = Checkpoint::from_safetensors_dir(path)?;
     loader(&ck, &config).map_err(|e| match e {
         Error::Msg(m) => Error::file(&path.join("config.json"), m),
         e => e,

@@ -14,9 +14,10 @@ use crate::decoder::{DecoderLayer, DecoderModel, Mixer, full_attention, load_att
 use crate::error::{Error, Result};
 use crate::gated_deltanet::{GatedDeltaNet, GdnDims};
 use crate::gguf::GgufFile;
-use crate::layers::RmsNorm;
+use crate::layers::{Linear, RmsNorm};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::moe;
+use crate::mtp::{Chain, Mtp};
 use crate::norm::Norm;
 use serde_json::Value;
 use vllm_rs_kernels::ops;
@@ -84,8 +85,18 @@ pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
 }
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
+    load_with(ck, config, dense_mlp(ck, config)?)
+}
+
+/// The multi-token-prediction layer of a dense Qwen3.5 checkpoint.
+pub fn load_mtp(ck: &Checkpoint, config: &Value) -> Result<Mtp> {
+    mtp_with(ck, config, dense_mlp(ck, config)?)
+}
+
+/// Every layer's SwiGLU MLP.
+fn dense_mlp<'a>(ck: &'a Checkpoint, config: &Value) -> Result<impl Fn(usize, &str) -> Result<FeedForward> + 'a> {
     let (hidden, inter) = (moe::config_usize(config, "hidden_size")?, moe::config_usize(config, "intermediate_size")?);
-    load_with(ck, config, |_, p| {
+    Ok(move |_: usize, p: &str| {
         Ok(FeedForward::Gated(GatedMlp::load(ck, &format!("{p}.mlp"), hidden, inter, Activation::Silu)?))
     })
 }
@@ -97,55 +108,115 @@ pub fn load_with(
     config: &Value,
     ffn: impl Fn(usize, &str) -> Result<FeedForward>,
 ) -> Result<DecoderModel> {
-    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
-    c.validate()?;
-    let act = config["hidden_act"].as_str().unwrap_or("silu");
-    if act != "silu" {
-        return Err(Error::msg(format!("config: hidden_act {act:?} is not supported")));
-    }
-    if config["attention_bias"].as_bool() == Some(true) {
-        return Err(Error::msg("config: attention_bias = true is not supported"));
-    }
-    let (hidden, hd, eps) = (c.hidden_size, c.head_dim(), c.rms_norm_eps);
-    let rope_dim = rotary_dim(config, hd)?;
-    let gguf = ck.format == Format::Gguf;
-    // llama.cpp reorders value heads for its broadcasts, and stores the norms' `1 + w`.
-    let gdn = GdnDims { tiled_v_heads: gguf, ..GdnDims::parse(config)? };
-    let offset = if gguf { 0.0 } else { 1.0 };
-    let norm = |name: &str, dim: usize| RmsNorm::load(ck, name, dim, eps, offset);
+    let parts = Parts::new(ck, config)?;
+    let c = &parts.c;
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for (i, kind) in layer_types(config, c.num_hidden_layers)?.iter().enumerate() {
         let p = format!("model.layers.{i}");
-        let mixer = match *kind {
-            "linear_attention" => {
-                Mixer::GatedDeltaNet(GatedDeltaNet::load(ck, &format!("{p}.linear_attn"), hidden, gdn, eps)?)
-            }
+        layers.push(parts.layer(&p, kind, ffn(i, &p)?)?);
+    }
+    parts.decoder(layers, "model.norm")
+}
+
+/// The multi-token-prediction layer of Qwen3.5 / Qwen3-Next checkpoints (`mtp.*`, vLLM's
+/// `qwen3_5_mtp.py`): `fc` over the `pre_fc_norm_embedding`-normed embedding and the
+/// `pre_fc_norm_hidden`-normed hidden state, one gated full-attention layer (`mtp.layers.0`,
+/// its feed-forward block from `ffn` like layer `num_hidden_layers`'s), `mtp.norm`, and the
+/// model's own embedding table and head. Chained drafts take the normed output.
+pub fn mtp_with(ck: &Checkpoint, config: &Value, ffn: impl Fn(usize, &str) -> Result<FeedForward>) -> Result<Mtp> {
+    if !ck.contains("mtp.fc.weight") {
+        return Err(Error::msg(
+            "the checkpoint has no MTP weights (mtp.fc.weight): use a checkpoint that keeps them, or another method",
+        ));
+    }
+    match config.get("mtp_num_hidden_layers").and_then(Value::as_u64) {
+        None | Some(1) => {}
+        Some(n) => return Err(Error::msg(format!("config: mtp_num_hidden_layers is {n}; MTP needs exactly 1"))),
+    }
+    let parts = Parts::new(ck, config)?;
+    let (n, hidden) = (parts.c.num_hidden_layers, parts.c.hidden_size);
+    let p = "mtp.layers.0";
+    let layer = parts.layer(p, "full_attention", ffn(n, p)?)?;
+    let norm = |name: &str| parts.norm(name, hidden).map(Norm::Rms);
+    Ok(Mtp {
+        enorm: norm("mtp.pre_fc_norm_embedding")?,
+        hnorm: norm("mtp.pre_fc_norm_hidden")?,
+        eh_proj: Linear::load(ck, "mtp.fc", hidden, 2 * hidden, false)?,
+        block: parts.decoder(vec![layer], "mtp.norm")?,
+        mask_position_0: false,
+        chain: Chain::Normed,
+    })
+}
+
+/// What building Qwen3.5 layers needs from the checkpoint and the config.
+struct Parts<'a> {
+    ck: &'a Checkpoint,
+    config: &'a Value,
+    c: CommonConfig,
+    gdn: GdnDims,
+    /// Added to the stored norm weights (`1 + w` in HF checkpoints, stored whole in GGUF).
+    offset: f32,
+}
+
+impl<'a> Parts<'a> {
+    fn new(ck: &'a Checkpoint, config: &'a Value) -> Result<Self> {
+        let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+        c.validate()?;
+        let act = config["hidden_act"].as_str().unwrap_or("silu");
+        if act != "silu" {
+            return Err(Error::msg(format!("config: hidden_act {act:?} is not supported")));
+        }
+        if config["attention_bias"].as_bool() == Some(true) {
+            return Err(Error::msg("config: attention_bias = true is not supported"));
+        }
+        let gguf = ck.format == Format::Gguf;
+        // llama.cpp reorders value heads for its broadcasts, and stores the norms' `1 + w`.
+        let gdn = GdnDims { tiled_v_heads: gguf, ..GdnDims::parse(config)? };
+        Ok(Parts { ck, config, c, gdn, offset: if gguf { 0.0 } else { 1.0 } })
+    }
+
+    fn norm(&self, name: &str, dim: usize) -> Result<RmsNorm> {
+        RmsNorm::load(self.ck, name, dim, self.c.rms_norm_eps, self.offset)
+    }
+
+    /// Layer `p` of `kind` (`linear_attention` or `full_attention`) with feed-forward `mlp`.
+    fn layer(&self, p: &str, kind: &str, mlp: FeedForward) -> Result<DecoderLayer> {
+        let (ck, c) = (self.ck, &self.c);
+        let (hidden, hd) = (c.hidden_size, c.head_dim());
+        let mixer = match kind {
+            "linear_attention" => Mixer::GatedDeltaNet(GatedDeltaNet::load(
+                ck,
+                &format!("{p}.linear_attn"),
+                hidden,
+                self.gdn,
+                c.rms_norm_eps,
+            )?),
             _ => {
                 let a = format!("{p}.self_attn");
                 let params = full_attention(c.num_attention_heads, c.num_kv_heads(), hd);
-                let qk = [Some(norm(&format!("{a}.q_norm"), hd)?), Some(norm(&format!("{a}.k_norm"), hd)?)];
+                let qk = [Some(self.norm(&format!("{a}.q_norm"), hd)?), Some(self.norm(&format!("{a}.k_norm"), hd)?)];
                 Mixer::Attention(load_attention_gated(ck, &a, hidden, params, (false, false), qk, true)?)
             }
         };
-        layers.push(DecoderLayer {
-            input_norm: Norm::Rms(norm(&format!("{p}.input_layernorm"), hidden)?),
+        Ok(DecoderLayer {
+            input_norm: Norm::Rms(self.norm(&format!("{p}.input_layernorm"), hidden)?),
             self_attn: mixer,
             post_attn_norm: None,
-            pre_mlp_norm: Norm::Rms(norm(&format!("{p}.post_attention_layernorm"), hidden)?),
-            mlp: ffn(i, &p)?,
+            pre_mlp_norm: Norm::Rms(self.norm(&format!("{p}.post_attention_layernorm"), hidden)?),
+            mlp,
             post_mlp_norm: None,
             rope: 0,
-        });
+        })
     }
-    let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, hidden)?;
-    plain_decoder(
-        ck,
-        config,
-        &c,
-        (embed, layers),
-        Norm::Rms(norm("model.norm", hidden)?),
-        vec![ops::rope_inv_freq(c.rope_theta, rope_dim)],
-    )
+
+    /// The decoder around `layers` with final norm `norm`, the model's embedding and head.
+    fn decoder(&self, layers: Vec<DecoderLayer>, norm: &str) -> Result<DecoderModel> {
+        let c = &self.c;
+        let rope_dim = rotary_dim(self.config, c.head_dim())?;
+        let embed = self.ck.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
+        let norm = Norm::Rms(self.norm(norm, c.hidden_size)?);
+        plain_decoder(self.ck, self.config, c, (embed, layers), norm, vec![ops::rope_inv_freq(c.rope_theta, rope_dim)])
+    }
 }
 
 /// `layer_types`, or every `full_attention_interval`-th layer full (transformers' default 4).

@@ -10,6 +10,7 @@ use crate::decoder::DecoderModel;
 use crate::error::Result;
 use crate::mlp::FeedForward;
 use crate::moe::{self, MOE_NAMES, MoeConfig, SharedExpert, SparseMoe};
+use crate::mtp::Mtp;
 use serde_json::Value;
 
 pub const QWEN3_5_MOE: ArchSpec = ArchSpec {
@@ -39,12 +40,21 @@ pub const QWEN3_5_MOE: ArchSpec = ArchSpec {
 };
 
 fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
-    // The router always renormalizes its top-k weights.
+    crate::qwen3_5::load_with(ck, config, experts(ck, config)?)
+}
+
+/// The multi-token-prediction layer of a Qwen3.5-MoE checkpoint (experts like every layer's).
+pub fn load_mtp(ck: &Checkpoint, config: &Value) -> Result<Mtp> {
+    crate::qwen3_5::mtp_with(ck, config, experts(ck, config)?)
+}
+
+/// A layer's routed experts, which always renormalize their top-k weights, and shared expert.
+fn experts<'a>(ck: &'a Checkpoint, config: &Value) -> Result<impl Fn(usize, &str) -> Result<FeedForward> + 'a> {
     let c = MoeConfig::parse(config, true)?;
     let hidden = moe::config_usize(config, "hidden_size")?;
     let inter = moe::config_usize(config, "moe_intermediate_size")?;
     let shared_inter = moe::config_usize(config, "shared_expert_intermediate_size")?;
-    crate::qwen3_5::load_with(ck, config, |_, prefix| {
+    Ok(move |_: usize, prefix: &str| {
         let mut block = SparseMoe::load(ck, prefix, MOE_NAMES, &c, hidden, inter)?;
         let p = format!("{prefix}.mlp");
         block.shared_expert =

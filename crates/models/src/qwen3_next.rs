@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::gated_deltanet::GdnDims;
 use crate::mlp::{Activation, FeedForward};
 use crate::moe::{self, SharedExpert};
+use crate::mtp::Mtp;
 use crate::qwen3_moe::qwen_moe_ffn;
 use serde_json::Value;
 use std::ops::Range;
@@ -49,11 +50,21 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
             unfuse_projections(&mut ck, &p, d)?;
         }
     }
-    let ck = &ck;
+    crate::qwen3_5::load_with(&ck, config, feed_forward(&ck, config)?)
+}
+
+/// The multi-token-prediction layer of a Qwen3-Next checkpoint.
+pub fn load_mtp(ck: &Checkpoint, config: &Value) -> Result<Mtp> {
+    crate::qwen3_5::mtp_with(ck, config, feed_forward(ck, config)?)
+}
+
+/// Layer `i`'s feed-forward block: routed experts with a gated shared expert, or a dense MLP
+/// on the `mlp_only_layers`.
+fn feed_forward<'a>(ck: &'a Checkpoint, config: &Value) -> Result<impl Fn(usize, &str) -> Result<FeedForward> + 'a> {
     let routed = qwen_moe_ffn(ck, config)?;
     let hidden = moe::config_usize(config, "hidden_size")?;
     let shared_inter = moe::config_usize(config, "shared_expert_intermediate_size")?;
-    crate::qwen3_5::load_with(ck, config, |i, prefix| {
+    Ok(move |i: usize, prefix: &str| {
         let mut ffn = routed(i, prefix, Activation::Silu)?;
         if let FeedForward::Moe(block) = &mut ffn {
             let p = format!("{prefix}.mlp");
