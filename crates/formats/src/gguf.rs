@@ -232,8 +232,10 @@ impl GgufFile {
         let data_start = c.pos.next_multiple_of(align);
         let mut tensors = BTreeMap::new();
         for (name, dims, ty, offset) in infos {
-            let n: u64 = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
-            let bytes = usize::try_from(n).ok().and_then(|n| ty.bytes_for(n)).ok_or_else(|| {
+            // Quantized blocks never straddle rows: the row length must be whole blocks.
+            let rows: u64 = dims[1..].iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
+            let row_bytes = usize::try_from(dims[0]).ok().and_then(|n| ty.bytes_for(n));
+            let bytes = row_bytes.zip(usize::try_from(rows).ok()).and_then(|(b, r)| b.checked_mul(r)).ok_or_else(|| {
                 Error::file(path, format!("tensor {name}: shape {dims:?} does not fit {}", ty.name()))
             })?;
             let start = usize::try_from(offset).ok().filter(|o| o.is_multiple_of(align));

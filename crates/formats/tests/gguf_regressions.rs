@@ -1,5 +1,6 @@
 //! The crafted GGUF files under `fuzz/regressions/gguf/` (sizes and offsets that overflow or
-//! wrap, counts far past the file, zero and too many dimensions, …) are refused with an error
+//! wrap, counts far past the file, zero and too many dimensions, rows that are not whole
+//! quantized blocks, …) are refused with an error
 //! or, where the file is valid, every tensor reads back — never a panic. The fuzz targets replay
 //! the same files under libFuzzer; this replays them in every `cargo test`.
 
