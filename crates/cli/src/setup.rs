@@ -13,6 +13,7 @@ use vllm_rs_engine::{
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 use vllm_rs_models::Backbone;
+use vllm_rs_models::draft_head::DraftHead;
 
 /// Everything `serve`, `generate` and `bench` need about the model, plus the engine.
 pub struct Loaded {
@@ -172,12 +173,12 @@ fn load_generate(
     cfg.disable_hybrid_kv_cache_manager = args.disable_hybrid_kv_cache_manager;
     cfg.speculative_config = args.speculative_config.clone();
     let layout = kv_cache_layout(lm.model.as_ref(), block_size, !cfg.disable_hybrid_kv_cache_manager);
-    let draft = load_draft(args, path)?;
+    let draft = load_draft(args, path, lm.model.as_ref())?;
     // A drafter keeps its own K/V for every block id the target has.
     let draft_per_block = match &draft {
         Some(DraftWeights::Model(d)) => kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype),
-        Some(DraftWeights::Mtp(m)) => {
-            let layout = vllm_rs_core::KvCacheLayout::new(&m.info().kv_cache_specs, block_size);
+        Some(DraftWeights::Head(h)) => {
+            let layout = vllm_rs_core::KvCacheLayout::new(&h.info().kv_cache_specs, block_size);
             kv_bytes_per_block(&layout, kv_dtype)
         }
         None => 0,
@@ -315,9 +316,14 @@ fn max_model_len(args: &EngineArgs, model_len: usize) -> Result<usize> {
     }
 }
 
-/// The drafter of `--speculative-config`: the draft model (method `draft_model`), resolved like
-/// `--model`, or the MTP layer (method `mtp`) of its `model` or else of the target (`target`).
-fn load_draft(args: &EngineArgs, target: &Path) -> Result<Option<DraftWeights>> {
+/// The drafter of `--speculative-config`: the draft model (method `draft_model`) or EAGLE-3
+/// head (`eagle3`, for `target`), resolved like `--model`, or the MTP layer (method `mtp`) of
+/// its `model` or else of the target's checkpoint (`target_path`).
+fn load_draft(
+    args: &EngineArgs,
+    target_path: &Path,
+    target: &dyn vllm_rs_models::Model,
+) -> Result<Option<DraftWeights>> {
     let Some(c) = args.speculative_config.as_ref().filter(|c| c.has_weights()) else {
         return Ok(None);
     };
@@ -326,10 +332,17 @@ fn load_draft(args: &EngineArgs, target: &Path) -> Result<Option<DraftWeights>> 
         None => None,
     };
     if c.is_mtp() {
-        let path = resolved.as_ref().map_or(target, |r| r.path.as_path());
+        let path = resolved.as_ref().map_or(target_path, |r| r.path.as_path());
         let mtp = vllm_rs_models::mtp::load(path).map_err(|e| anyhow::anyhow!("--speculative-config mtp: {e}"))?;
         info!("MTP drafter: {} layer(s) of {}", mtp.info().num_layers, path.display());
-        return Ok(Some(DraftWeights::Mtp(Box::new(mtp))));
+        return Ok(Some(DraftWeights::Head(Box::new(mtp))));
+    }
+    if c.is_eagle3() {
+        let r = resolved.context("--speculative-config: eagle3 needs \"model\"")?;
+        let head = vllm_rs_models::eagle3::load(&r.path, target)
+            .map_err(|e| anyhow::anyhow!("--speculative-config eagle3: {e}"))?;
+        info!("EAGLE-3 drafter: {}, reading target layers {:?}", r.description, head.aux_layers());
+        return Ok(Some(DraftWeights::Head(Box::new(head))));
     }
     let resolved = resolved.context("--speculative-config: draft_model needs \"model\"")?;
     info!("draft model: {}", resolved.description);

@@ -1,4 +1,4 @@
-//! `serve --speculative-config`: n-gram drafts, a draft model and an MTP layer through the HTTP server give
+//! `serve --speculative-config`: n-gram drafts, a draft model, an MTP layer and an EAGLE-3 head through the HTTP server give
 //! the same greedy text as the server without them, and `/metrics` counts drafts and accepted tokens under vLLM's
 //! names; a bad config stops start-up with a message saying what to fix.
 
@@ -46,17 +46,17 @@ fn draft_model_speculation_through_the_server() {
 #[test]
 fn a_bad_speculative_config_is_refused_at_start_up() {
     let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
-        .args(["serve", "--speculative-config", r#"{"method": "eagle3", "num_speculative_tokens": 3}"#])
+        .args(["serve", "--speculative-config", r#"{"method": "eagle", "num_speculative_tokens": 3}"#])
         .output()
         .expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not implemented yet; available: ngram, draft_model"), "{err}");
+    assert!(err.contains("not implemented yet; available: ngram, draft_model, mtp, eagle3"), "{err}");
 }
 
-/// The tiny DeepSeek-V3 with an MTP layer (`scripts/make_tiny_mtp.py`), which has no tokenizer:
-/// prompts are token ids, SmolLM2's tokenizer turns the sampled ids into text.
-fn start_tiny_mtp(dir: &str, extra: &[&str]) -> Server {
+/// A tiny model (with a draft head: `scripts/make_tiny_draft_heads.py`), which has no
+/// tokenizer: prompts are token ids, SmolLM2's tokenizer turns the sampled ids into text.
+fn start_tiny(dir: &str, extra: &[&str]) -> Server {
     let model = vllm_rs_testutil::test_data(dir).to_string_lossy().into_owned();
     let tokenizer = vllm_rs_testutil::hf_dir("smollm2").to_string_lossy().into_owned();
     let mut args = vec![model, "--tokenizer".into(), tokenizer, "--max-model-len".into(), "256".into()];
@@ -70,9 +70,9 @@ fn mtp_speculation_through_the_server() {
     let prompt = &golden["cases"][2]["prompt_token_ids"];
     let body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true});
     let text = |s: &Server| s.ok("/v1/completions", &body)["choices"][0]["text"].as_str().unwrap().to_string();
-    let want = text(&start_tiny_mtp("data/tiny/deepseek_v3_mtp", &[]));
+    let want = text(&start_tiny("data/tiny/deepseek_v3_mtp", &[]));
     // vLLM's older method name, as `-sc` takes it.
-    let s = start_tiny_mtp(
+    let s = start_tiny(
         "data/tiny/deepseek_v3_mtp",
         &["--speculative-config", "method=deepseek_mtp,num_speculative_tokens=3"],
     );
@@ -80,6 +80,22 @@ fn mtp_speculation_through_the_server() {
     let accepted = s.metric("vllm:spec_decode_num_accepted_tokens_total");
     assert!(accepted > 0.0 && accepted <= s.metric("vllm:spec_decode_num_draft_tokens_total"), "{accepted}");
     assert!(s.log().contains("MTP drafter"), "the drafter is named in the log");
+}
+
+#[test]
+fn eagle3_speculation_through_the_server() {
+    let golden = vllm_rs_testutil::golden("tiny/llama_eagle3.json");
+    let prompt = &golden["cases"][1]["prompt_token_ids"];
+    let body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true});
+    let text = |s: &Server| s.ok("/v1/completions", &body)["choices"][0]["text"].as_str().unwrap().to_string();
+    let want = text(&start_tiny("data/tiny/llama", &[]));
+    let head = vllm_rs_testutil::test_data("data/tiny/llama_eagle3").to_string_lossy().into_owned();
+    let spec = json!({"method": "eagle3", "model": head, "num_speculative_tokens": 3}).to_string();
+    let s = start_tiny("data/tiny/llama", &["--speculative-config", &spec]);
+    assert_eq!(text(&s), want, "EAGLE-3 drafts changed the greedy text");
+    let accepted = s.metric("vllm:spec_decode_num_accepted_tokens_total");
+    assert!(accepted > 0.0 && accepted <= s.metric("vllm:spec_decode_num_draft_tokens_total"), "{accepted}");
+    assert!(s.log().contains("EAGLE-3 drafter"), "the drafter is named in the log");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! caller running an offline batch). No locks, no awaiting: one step is schedule → run → update.
 
 use crate::draft_model::Drafter;
-use crate::mtp_drafter::MtpDrafter;
+use crate::head_drafter::HeadDrafter;
 use crate::runner::{ModelRunner, Proposer};
 use crate::sampler::TokenLogprobs;
 use crate::sampling_params::{LogprobsMode, ParamError, SamplingParams};
@@ -75,12 +75,14 @@ impl EngineConfig {
     }
 }
 
-/// What drafts with weights of its own (`--speculative-config` methods `draft_model`, `mtp`).
+/// What drafts with weights of its own (`--speculative-config` methods `draft_model`, `mtp`,
+/// `eagle3`).
 pub enum DraftWeights {
     /// A smaller model of the target's vocabulary.
     Model(Box<dyn Model>),
-    /// The target checkpoint's multi-token-prediction layer.
-    Mtp(Box<vllm_rs_models::mtp::Mtp>),
+    /// A head on the target's hidden states: its checkpoint's multi-token-prediction layer, or
+    /// an EAGLE-3 head.
+    Head(Box<dyn vllm_rs_models::draft_head::DraftHead>),
 }
 
 /// The KV cache group whose block tables a drafter shares: one that keeps every position (a
@@ -235,9 +237,9 @@ impl EngineCore {
                     let group = draft_group(runner.model.as_ref(), m.info(), &layout)?;
                     (Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype))), group)
                 }
-                DraftWeights::Mtp(m) => {
-                    let group = draft_group(runner.model.as_ref(), m.info(), &layout)?;
-                    (Proposer::Mtp(Box::new(MtpDrafter::new(*m, k, blocks, bs, dtype))), group)
+                DraftWeights::Head(h) => {
+                    let group = draft_group(runner.model.as_ref(), h.info(), &layout)?;
+                    (Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype))), group)
                 }
             };
             runner.set_drafter(proposer.0, proposer.1);

@@ -3,7 +3,7 @@
 pub mod draft_model;
 pub mod engine_core;
 pub mod handle;
-pub mod mtp_drafter;
+pub mod head_drafter;
 pub mod pooling_runner;
 pub mod runner;
 pub mod sampler;

@@ -2,7 +2,7 @@
 
 use crate::draft_model::{DraftJob, Drafter};
 use crate::engine_core::EngineConfig;
-use crate::mtp_drafter::{MtpDrafter, MtpJob};
+use crate::head_drafter::{HeadDrafter, HeadJob};
 use crate::sampler::{self, SampleContext, TokenLogprobs};
 use crate::sampling_params::{LogprobsMode, SamplingParams};
 use crate::speculative::SpeculativeConfig;
@@ -92,8 +92,8 @@ pub struct ModelRunner {
 pub enum Proposer {
     /// A smaller model of the same vocabulary (`draft_model`).
     Model(Box<Drafter>),
-    /// The checkpoint's multi-token-prediction layer (`mtp`).
-    Mtp(Box<MtpDrafter>),
+    /// A draft head on the target's hidden states (`mtp`, `eagle3`).
+    Head(Box<HeadDrafter>),
 }
 
 /// The flat batch of one step, in vLLM's names.
@@ -205,6 +205,9 @@ impl ModelRunner {
 
     /// Proposes drafts with `drafter`, over the block tables of KV cache group `group`.
     pub fn set_drafter(&mut self, drafter: Proposer, group: usize) {
+        if let Proposer::Head(h) = &drafter {
+            self.workspace.aux_layers = h.aux_layers().to_vec();
+        }
         self.drafter = Some((drafter, group));
     }
 
@@ -410,10 +413,10 @@ impl ModelRunner {
                     results[*si].spec_token_ids = d;
                 }
             }
-            Some((Proposer::Mtp(mtp), group)) => {
+            Some((Proposer::Head(head), group)) => {
                 let starts = &self.batch.query_start_loc;
-                let jobs = mtp_jobs(&self.states, starts, out, &results, &draft_jobs, *group);
-                for (r, d) in results.iter_mut().zip(mtp.propose(&self.workspace.x, &jobs)) {
+                let jobs = head_jobs(&self.states, starts, out, &results, &draft_jobs, *group);
+                for (r, d) in results.iter_mut().zip(head.propose(&self.workspace, &jobs)) {
                     r.spec_token_ids = d;
                 }
             }
@@ -432,22 +435,22 @@ pub fn draft_state_slots(c: &EngineConfig) -> usize {
     })
 }
 
-/// Every scheduled request's rows the MTP layer takes in (those whose next token is now known:
+/// Every scheduled request's rows a draft head takes in (those whose next token is now known:
 /// a prefill chunk's all, else the last known token's and the accepted drafts'), with the
 /// drafts wanted (`draft_jobs`: (scheduled index, limit)); `starts`: each request's first row.
-fn mtp_jobs<'a>(
+fn head_jobs<'a>(
     states: &'a HashMap<String, RequestState>,
     starts: &[usize],
     out: &SchedulerOutput,
     results: &[StepResult],
     draft_jobs: &[(usize, usize)],
     group: usize,
-) -> Vec<MtpJob<'a>> {
-    let mtp_job = |(si, s): (usize, &ScheduledRequest)| {
+) -> Vec<HeadJob<'a>> {
+    let head_job = |(si, s): (usize, &ScheduledRequest)| {
         let st = &states[&s.request_id];
         let known = s.num_scheduled_tokens - s.spec_token_ids.len();
         let rows = if s.sample { (known + results[si].tokens.len()).saturating_sub(1) } else { known };
-        MtpJob {
+        HeadJob {
             tokens: &st.token_ids,
             block_table: &st.block_ids[group],
             rows: starts[si]..starts[si] + rows,
@@ -455,7 +458,7 @@ fn mtp_jobs<'a>(
             limit: draft_jobs.iter().find(|(i, _)| *i == si).map_or(0, |&(_, limit)| limit),
         }
     };
-    out.scheduled.iter().enumerate().map(mtp_job).collect()
+    out.scheduled.iter().enumerate().map(head_job).collect()
 }
 
 /// Samples a request's rows in order, appending each token to its tokens: the first row's

@@ -11,13 +11,14 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct SpeculativeConfig {
     /// `ngram` (prompt lookup, no extra weights), `draft_model` (a smaller model with the
-    /// same vocabulary) or `mtp` (the checkpoint's multi-token-prediction layer; vLLM's older
-    /// names `deepseek_mtp` etc. mean the same); absent with a `model`, `draft_model` (vLLM's
-    /// inference).
+    /// same vocabulary), `mtp` (the checkpoint's multi-token-prediction layer; vLLM's older
+    /// names `deepseek_mtp` etc. mean the same) or `eagle3` (an EAGLE-3 head in `model`);
+    /// absent with a `model`, `draft_model` (vLLM's inference).
     #[serde(default)]
     pub method: String,
     /// The draft model (`draft_model`): a local folder, GGUF file, catalog name or repo id;
-    /// for `mtp`, the checkpoint holding the MTP layer (default: the target's).
+    /// the EAGLE-3 head's folder (`eagle3`); for `mtp`, the checkpoint holding the MTP layer
+    /// (default: the target's).
     #[serde(default)]
     pub model: Option<String>,
     /// Draft tokens proposed per step.
@@ -89,17 +90,18 @@ impl SpeculativeConfig {
 
     fn validate(&self) -> Result<(), String> {
         match (self.method.as_str(), &self.model) {
-            ("ngram", None) | ("draft_model", Some(_)) | ("mtp", _) => {}
+            ("ngram", None) | ("draft_model" | "eagle3", Some(_)) | ("mtp", _) => {}
+            ("eagle3", None) => return Err("method \"eagle3\" needs \"model\": the EAGLE-3 head".into()),
             ("ngram", Some(_)) => return Err("method \"ngram\" takes no model (drop \"model\")".into()),
             ("draft_model", None) => return Err("method \"draft_model\" needs \"model\": the draft model".into()),
             ("", None) => return Err("give \"method\" (ngram) or a draft \"model\"".into()),
-            ("eagle" | "eagle3" | "medusa" | "mlp_speculator" | "suffix", _) => {
+            ("eagle" | "medusa" | "mlp_speculator" | "suffix", _) => {
                 return Err(format!(
-                    "method {:?} is not implemented yet; available: ngram, draft_model, mtp",
+                    "method {:?} is not implemented yet; available: ngram, draft_model, mtp, eagle3",
                     self.method
                 ));
             }
-            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model, mtp")),
+            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model, mtp, eagle3")),
         }
         if !(1..=MAX_SPECULATIVE_TOKENS).contains(&self.num_speculative_tokens) {
             return Err(format!(
@@ -124,10 +126,14 @@ impl SpeculativeConfig {
         self.method == "mtp"
     }
 
-    /// Whether drafts come from weights (a draft model or an MTP layer), which keep K/V of
-    /// their own in lookahead slots past each request's scheduled tokens.
+    pub fn is_eagle3(&self) -> bool {
+        self.method == "eagle3"
+    }
+
+    /// Whether drafts come from weights (a draft model, an MTP layer, an EAGLE-3 head), which
+    /// keep K/V of their own in lookahead slots past each request's scheduled tokens.
     pub fn has_weights(&self) -> bool {
-        self.is_draft_model() || self.is_mtp()
+        self.is_draft_model() || self.is_mtp() || self.is_eagle3()
     }
 
     /// N-gram drafts for a request whose tokens so far are `tokens`, at most `limit` of them.
@@ -185,7 +191,8 @@ mod tests {
             (r#"{"method": "ngram", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "ngram", "num_speculative_tokens": 100}"#, "between 1 and"),
             (r#"{"method": "lookahead", "num_speculative_tokens": 2}"#, "unknown method"),
-            (r#"{"method": "eagle3", "num_speculative_tokens": 2}"#, "not implemented"),
+            (r#"{"method": "eagle", "num_speculative_tokens": 2}"#, "not implemented"),
+            (r#"{"method": "eagle3", "num_speculative_tokens": 2}"#, "needs \"model\""),
             (r#"{"method": "mtp", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "draft_model", "num_speculative_tokens": 2}"#, "needs \"model\""),
             (r#"{"method": "ngram", "model": "m", "num_speculative_tokens": 2}"#, "takes no model"),

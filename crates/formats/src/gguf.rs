@@ -235,9 +235,10 @@ impl GgufFile {
             // Quantized blocks never straddle rows: the row length must be whole blocks.
             let rows: u64 = dims[1..].iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
             let row_bytes = usize::try_from(dims[0]).ok().and_then(|n| ty.bytes_for(n));
-            let bytes = row_bytes.zip(usize::try_from(rows).ok()).and_then(|(b, r)| b.checked_mul(r)).ok_or_else(|| {
-                Error::file(path, format!("tensor {name}: shape {dims:?} does not fit {}", ty.name()))
-            })?;
+            let bytes =
+                row_bytes.zip(usize::try_from(rows).ok()).and_then(|(b, r)| b.checked_mul(r)).ok_or_else(|| {
+                    Error::file(path, format!("tensor {name}: shape {dims:?} does not fit {}", ty.name()))
+                })?;
             let start = usize::try_from(offset).ok().filter(|o| o.is_multiple_of(align));
             let start = start.ok_or_else(|| Error::file(path, format!("tensor {name}: misaligned offset {offset}")))?;
             // Offsets and sizes from the file must not wrap around: checked, then compared.

@@ -167,6 +167,10 @@ impl Model for DecoderModel {
         &self.info
     }
 
+    fn embedding(&self) -> Option<&Weight> {
+        Some(&self.embed_tokens.weight)
+    }
+
     fn forward<'w>(
         &self,
         input: ForwardInput,
@@ -201,8 +205,14 @@ impl Model for DecoderModel {
         let cache_layers = first_cache_layers(&self.layers);
         ws.x.clone_from(&ws.h);
         norm_of(0).forward(be, &mut ws.x);
+        ws.aux.resize_with(ws.aux_layers.len(), Vec::new);
         for (k, &(i, mixer)) in halves.iter().enumerate() {
             let layer = &self.layers[i];
+            if (k == 0 || halves[k - 1].0 != i)
+                && let Some(a) = ws.aux_layers.iter().position(|&l| l == i)
+            {
+                ws.aux[a].clone_from(&ws.h);
+            }
             if mixer {
                 let rope = &ws.ropes[layer.rope];
                 let c = cache_layers[i];

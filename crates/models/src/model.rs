@@ -5,9 +5,9 @@ use crate::layers::{AttentionBuffers, gather_rows};
 use crate::moe::MoeBuffers;
 use std::cell::RefCell;
 use vllm_rs_core::KvCacheSpec;
-use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::ops::RopeTable;
+use vllm_rs_kernels::{Backend, Weight};
 
 /// Shape facts the engine needs to size the KV cache and validate requests.
 #[derive(Clone, Debug)]
@@ -80,6 +80,10 @@ pub struct Workspace {
     pub ropes: Vec<RopeTable>,
     /// Hidden states of the rows that need logits.
     pub selected: Vec<f32>,
+    /// Layers whose input (the residual stream entering the layer, `tokens × hidden`) a forward
+    /// keeps in [`Workspace::aux`], in ascending order (an EAGLE-3 head reads them).
+    pub aux_layers: Vec<usize>,
+    pub aux: Vec<Vec<f32>>,
 }
 
 impl Workspace {
@@ -96,6 +100,8 @@ impl Workspace {
             moe: MoeBuffers::default(),
             ropes: Vec::new(),
             selected: Vec::new(),
+            aux_layers: Vec::new(),
+            aux: Vec::new(),
         }
     }
 }
@@ -119,6 +125,11 @@ pub trait Model: Send + Sync {
         kv: &mut KvCache,
         ws: &'w mut Workspace,
     ) -> &'w [f32];
+
+    /// The token embedding table (a draft head without its own shares it).
+    fn embedding(&self) -> Option<&Weight> {
+        None
+    }
 
     /// Logits of `hidden` (`rows × hidden_size`, final hidden states) into `logits`,
     /// `[rows × vocab_size]` (resized, reusing its allocation).

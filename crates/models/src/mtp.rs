@@ -1,8 +1,9 @@
 //! Multi-token prediction (MTP): the extra layer some checkpoints ship beside the model
-//! (DeepSeek-V3's `model.layers.{num_hidden_layers}`), which guesses the token after next from
-//! the model's final hidden state at a position and the embedding of the next token. It serves
-//! as a speculative-decoding drafter (`--speculative-config '{"method": "mtp", ...}'`), as in
-//! vLLM's `deepseek_mtp.py`:
+//! (DeepSeek-V3's `model.layers.{num_hidden_layers}`, Qwen3.5's and Qwen3-Next's `mtp.*`),
+//! which guesses the token after next from the model's final hidden state at a position and the
+//! embedding of the next token. It serves as a speculative-decoding draft head
+//! (`--speculative-config '{"method": "mtp", ...}'`), as in vLLM's `deepseek_mtp.py` and
+//! `qwen3_5_mtp.py`:
 //!
 //! `x = eh_proj([enorm(embed(token p+1)), hnorm(hidden p)])`, one decoder layer over `x` with
 //! its own KV cache, then the head's norm and the head. Chained drafts feed the layer's own
@@ -11,8 +12,9 @@
 use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::decoder::DecoderModel;
+use crate::draft_head::DraftHead;
 use crate::error::{Error, Result};
-use crate::layers::Linear;
+use crate::layers::{Linear, gather_rows};
 use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
 use crate::norm::Norm;
 use serde_json::Value;
@@ -72,15 +74,18 @@ pub fn load(path: &Path) -> Result<Mtp> {
     })
 }
 
-impl Mtp {
-    pub fn info(&self) -> &ModelInfo {
+impl DraftHead for Mtp {
+    fn info(&self) -> &ModelInfo {
         self.block.info()
     }
 
-    /// Runs the batch's rows: `batch.input_ids` are the tokens after each row's position,
-    /// `hidden` (`rows × hidden_size`) the hidden states at those positions. Afterwards
-    /// [`Mtp::chain_hidden`] holds what a chained step takes and `ws.x` what the head reads.
-    pub fn forward(&self, batch: &ForwardBatch, hidden: &[f32], kv: &mut KvCache, ws: &mut Workspace) {
+    /// The target's final (normed) hidden states.
+    fn target_hidden(&self, _: &dyn Backend, target: &Workspace, out: &mut Vec<f32>) {
+        out.clone_from(&target.x);
+    }
+
+    /// Afterwards `ws.x` holds what the head reads.
+    fn forward(&self, batch: &ForwardBatch, hidden: &[f32], kv: &mut KvCache, ws: &mut Workspace) {
         let be = ws.backend;
         let dim = self.info().hidden_size;
         let (e, h) = (&mut ws.gate, &mut ws.up);
@@ -104,16 +109,19 @@ impl Mtp {
         ws.selected = x;
     }
 
-    /// The hidden states a chained step takes, after [`Mtp::forward`].
-    pub fn chain_hidden<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
+    fn chain_hidden<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
         match self.chain {
             Chain::PreNorm => &ws.h,
             Chain::Normed => &ws.x,
         }
     }
 
-    /// Logits of head-normed rows `hidden` (gathered from `ws.x`).
-    pub fn compute_logits(&self, be: &dyn Backend, hidden: &[f32], logits: &mut Vec<f32>) {
-        self.block.compute_logits(be, hidden, logits);
+    fn argmax(&self, ws: &Workspace, rows: &[usize], logits: &mut Vec<f32>) -> Vec<u32> {
+        let mut normed = Vec::new();
+        gather_rows(&ws.x, self.info().hidden_size, rows, &mut normed);
+        self.block.compute_logits(ws.backend, &normed, logits);
+        let mut next = Vec::new();
+        ws.backend.argmax_rows(logits, self.info().vocab_size, &mut next);
+        next
     }
 }

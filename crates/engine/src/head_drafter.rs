@@ -1,23 +1,22 @@
-//! The MTP proposer (`--speculative-config '{"method": "mtp", ...}'`): the checkpoint's
-//! multi-token-prediction layer ([`vllm_rs_models::mtp`]) drafts from the target's final
-//! hidden states, as vLLM's EAGLE/MTP proposer does.
+//! The draft-head proposer (`--speculative-config` methods `mtp` and `eagle3`): a checkpoint's
+//! multi-token-prediction layer or an EAGLE-3 head ([`vllm_rs_models::draft_head`]) drafts from
+//! the target's hidden states, as vLLM's EAGLE proposer does.
 //!
-//! The layer's entry at position `p` is computed from the target's hidden state at `p` and the
+//! The head's entry at position `p` is computed from the target's hidden state at `p` and the
 //! token at `p + 1`, so every step, after sampling, it takes in each request's target rows whose
 //! next token is now known (prefill chunks included: its cache must hold every position). The
 //! last of them yields the first draft; each further draft feeds the one before, with the
-//! layer's own output as the hidden state. Like the draft model it keeps its own K/V over the
+//! head's own output as the hidden state. Like the draft model it keeps its own K/V over the
 //! target's block tables (a full-attention group), and chained drafts write into the `k`
 //! lookahead slots the scheduler reserves; the next step's rows overwrite what was rejected.
 
 use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
-use vllm_rs_models::layers::gather_rows;
-use vllm_rs_models::mtp::Mtp;
+use vllm_rs_models::draft_head::DraftHead;
 use vllm_rs_models::{ForwardBatch, GroupBatch, Workspace};
 
 /// One request's share of a step: rows `rows` of the target's batch are positions
 /// `first_position..` whose next tokens are in `tokens`; at most `limit` drafts are wanted.
-pub struct MtpJob<'a> {
+pub struct HeadJob<'a> {
     pub tokens: &'a [u32],
     pub block_table: &'a [u32],
     pub rows: std::ops::Range<usize>,
@@ -25,14 +24,16 @@ pub struct MtpJob<'a> {
     pub limit: usize,
 }
 
-pub struct MtpDrafter {
-    mtp: Mtp,
+pub struct HeadDrafter {
+    head: Box<dyn DraftHead>,
     kv: KvCache,
     ws: Workspace,
     k: usize,
     round: Round,
     /// Hidden states a round starts from, `rows × hidden`.
     hidden: Vec<f32>,
+    /// The first round's hidden state of every target row.
+    target_rows: Vec<f32>,
     logits: Vec<f32>,
 }
 
@@ -75,22 +76,26 @@ impl Round {
     }
 }
 
-impl MtpDrafter {
+impl HeadDrafter {
     /// A drafter over `num_blocks` blocks of `block_size` tokens (the target's block ids).
-    pub fn new(mtp: Mtp, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
-        let kv = mtp.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
+    pub fn new(head: Box<dyn DraftHead>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+        let kv = head.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let (ws, round) = (Workspace::default(), Round::default());
-        MtpDrafter { mtp, kv, ws, k, round, hidden: Vec::new(), logits: Vec::new() }
+        let (hidden, target_rows, logits) = (Vec::new(), Vec::new(), Vec::new());
+        HeadDrafter { head, kv, ws, k, round, hidden, target_rows, logits }
     }
 
-    pub fn vocab_size(&self) -> usize {
-        self.mtp.info().vocab_size
+    /// Target layers whose inputs the head reads (the target's forward keeps them).
+    pub fn aux_layers(&self) -> &[usize] {
+        self.head.aux_layers()
     }
 
-    /// Takes in every job's rows (`target_hidden`: the target's final hidden states of the
-    /// step, one row per batch row); greedy drafts for each job, in job order.
-    pub fn propose(&mut self, target_hidden: &[f32], jobs: &[MtpJob]) -> Vec<Vec<u32>> {
-        let dim = self.mtp.info().hidden_size;
+    /// Takes in every job's rows (`target`: the target's workspace after the step's forward);
+    /// greedy drafts for each job, in job order.
+    pub fn propose(&mut self, target: &Workspace, jobs: &[HeadJob]) -> Vec<Vec<u32>> {
+        let dim = self.head.info().hidden_size;
+        self.head.target_hidden(self.ws.backend, target, &mut self.target_rows);
+        let target_hidden = &self.target_rows;
         let bs = self.kv.block_size;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
         let mut round = std::mem::take(&mut self.round);
@@ -108,7 +113,7 @@ impl MtpDrafter {
             step += 1;
             // The next round: one row per request still drafting, fed its draft and the hidden
             // state of the row that proposed it.
-            let chain = self.mtp.chain_hidden(&self.ws);
+            let chain = self.head.chain_hidden(&self.ws);
             self.hidden.clear();
             let mut following = Round::default();
             for (&si, (&row, tok)) in round.drafting.iter().zip(round.last_rows.iter().zip(next)) {
@@ -126,7 +131,7 @@ impl MtpDrafter {
     }
 
     /// One forward over the round; the argmax token of each drafting request's last row.
-    fn run(&mut self, round: &Round, jobs: &[MtpJob]) -> Vec<u32> {
+    fn run(&mut self, round: &Round, jobs: &[HeadJob]) -> Vec<u32> {
         let seqs = round
             .seqs
             .iter()
@@ -144,15 +149,10 @@ impl MtpDrafter {
             logits_indices: &round.last_rows,
             state_saves: &[],
         };
-        self.mtp.forward(&batch, &self.hidden, &mut self.kv, &mut self.ws);
+        self.head.forward(&batch, &self.hidden, &mut self.kv, &mut self.ws);
         if round.last_rows.is_empty() {
             return Vec::new(); // a catch-up only
         }
-        let mut normed = Vec::new();
-        gather_rows(&self.ws.x, self.mtp.info().hidden_size, &round.last_rows, &mut normed);
-        self.mtp.compute_logits(self.ws.backend, &normed, &mut self.logits);
-        let mut next = Vec::new();
-        self.ws.backend.argmax_rows(&self.logits, self.vocab_size(), &mut next);
-        next
+        self.head.argmax(&self.ws, &round.last_rows, &mut self.logits)
     }
 }

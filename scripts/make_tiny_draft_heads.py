@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Tiny checkpoints with a multi-token-prediction (MTP) layer, and the drafts that layer proposes
-in greedy speculative decoding, computed in plain torch.
+"""Tiny draft heads for speculative decoding — checkpoints with a multi-token-prediction (MTP)
+layer, and an EAGLE-3 head — and the drafts they propose in greedy speculative decoding,
+computed in plain torch.
 
-transformers ignores MTP layers, so this script adds one to a tiny checkpoint of
+transformers runs neither, so this script adds an MTP layer to a tiny checkpoint of
 scripts/make_tiny_models.py (ARCH: deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next):
 
   tests/data/tiny/ARCH_mtp/  config.json (the same), model.safetensors (a link to the base
@@ -21,14 +22,22 @@ save_pretrained, so its tensor names are the checkpoint's); around it, as vLLM r
   full-attention layer `mtp.layers.0`, `mtp.norm` ((1 + w) norms), the model's embedding and
   head; a chained draft feeds the normed output back.
 
-The layer is then trained for a few seconds to predict token p + 2 on the goldens' sequences, so
+EAGLE-3 (ARCH llama_eagle3, vLLM's llama_eagle3.py): tests/data/tiny/llama_eagle3/, a
+`LlamaForCausalLMEagle3` head for the tiny llama: `fc` over the inputs of target layers 0, 1, 2
+(vLLM's default ids 2, L/2, L-3 for L = 3); one Llama layer whose q/k/v read
+`[input_layernorm(embedding), hidden_norm(hidden)]` with the un-normed hidden state as residual;
+`norm`; `lm_head` over a draft vocabulary of 256 of the 320 tokens, mapped back by `d2t`
+offsets (and a `t2d` mask, unused); the embedding table is the target's. Chained steps feed the
+pre-norm output back. Golden: tests/goldens/tiny/llama_eagle3.json.
+
+Each head is then trained for a few seconds to predict token p + 2 on the goldens' sequences, so
 that its drafts get accepted (random weights propose tokens the target never samples, and the
 accept path would go untested). The reference recomputes everything with full forwards at every
 step (no caches): the target's hidden states of all positions, then the MTP layer over the whole
 sequence. Each case records the smallest top-2 margin of the drafts' logits (relative to the
 largest |logit|); prompts whose drafts come closer than MIN_REL_MARGIN to a tie are skipped.
 
-Usage: python scripts/make_tiny_mtp.py [ARCH..]  (after make_tiny_models.py, make_goldens.py tiny)
+Usage: python scripts/make_tiny_draft_heads.py [ARCH..]  (after make_tiny_models.py, make_goldens.py tiny)
 Needs scripts/requirements-goldens.txt.
 """
 import json
@@ -39,6 +48,7 @@ import tempfile
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(REPO, 'tests', 'data', 'tiny')
@@ -71,8 +81,11 @@ def rms_norm(x, w, eps, centre):
 
 
 class Mtp:
+    method = 'mtp'
+
     def __init__(self, arch):
         self.arch, self.spec = arch, ARCHS[arch]
+        self.base_arch, self.out_name = arch, f'{arch}_mtp'
         self.base = os.path.join(TINY, arch)
         self.target = AutoModelForCausalLM.from_pretrained(self.base, dtype=torch.float32,
                                                            attn_implementation='eager').eval()
@@ -122,6 +135,21 @@ class Mtp:
         h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
         return h, self.target.lm_head(h)
 
+    def first_hidden(self, tokens):
+        """What a first step takes from each position of `tokens`: the final hidden states."""
+        return self.target_forward(tokens)[0]
+
+    def to_target(self, draft_id):
+        return draft_id
+
+    def to_draft(self, token):
+        return token
+
+    def params(self):
+        """What training fits."""
+        extra = [self.t[r] for r in ('enorm', 'hnorm', 'proj', 'norm')] + ([self.t['head']] if self.name('head') else [])
+        return list(self.layer().parameters()) + extra
+
     def forward(self, ids, hidden):
         """The MTP layer over rows p = 0.. (token p + 1, hidden p): what a chained step takes
         from each row, and each row's logits."""
@@ -139,26 +167,6 @@ class Mtp:
         out = self.layer()(y, attention_mask=mask, position_ids=pos, position_embeddings=rope)[0]
         normed = rms_norm(out, t['norm'], self.eps, centre)
         return (out if self.spec['chain'] == 'pre_norm' else normed), normed @ t['head'].T
-
-    def train(self, sequences):
-        """Fits the MTP layer to predict token p + 2 on `sequences`."""
-        params = list(self.layer().parameters()) + [self.t[r] for r in ('enorm', 'hnorm', 'proj', 'norm')]
-        if self.name('head'):
-            params.append(self.t['head'])
-        for p in params:
-            p.requires_grad_(True)
-        opt = torch.optim.Adam(params, lr=TRAIN_LR)
-        with torch.no_grad():
-            data = [(seq[1:-1], self.target_forward(seq[:-2])[0], torch.tensor(seq[2:])) for seq in sequences]
-        for step in range(TRAIN_STEPS):
-            opt.zero_grad()
-            loss = sum(torch.nn.functional.cross_entropy(self.forward(i, h)[1], y) for i, h, y in data)
-            loss.backward()
-            opt.step()
-            if step % 50 == 0 or step == TRAIN_STEPS - 1:
-                print(f'{self.arch}: train step {step}: loss {loss.item() / len(data):.3f}')
-        for p in params:
-            p.requires_grad_(False)
 
     def save(self):
         """Writes the MTP layer beside a link to the base checkpoint, and the index of both."""
@@ -198,28 +206,150 @@ class Mtp:
             f.write('\n')
         print(f'{out}: MTP layer {os.path.getsize(os.path.join(out, "mtp.safetensors")) / 1e6:.2f} MB')
 
-    def speculate(self, prompt):
-        """Greedy decoding with MTP drafts, step by step as the engine runs it (one request)."""
-        tokens = list(prompt)
-        tokens.append(int(self.target_forward(tokens)[1][-1].argmax()))
-        generated, steps, margins = 1, [], []
-        while generated < MAX_TOKENS:
-            limit = min(K, MAX_TOKENS - generated - 1)
-            drafts = []
-            if limit > 0:
-                ids, hidden = tokens[1:], self.target_forward(tokens[:-1])[0]
-                for _ in range(limit):
-                    chain, logits = self.forward(ids, hidden)
-                    margins.append(margin(logits[-1]))
-                    drafts.append(int(logits[-1].argmax()))
-                    ids, hidden = ids + [drafts[-1]], torch.cat([hidden, chain[-1:]])
-            steps.append(drafts)
-            for d in drafts + [None]:
-                tokens.append(int(self.target_forward(tokens)[1][-1].argmax()))
-                generated += 1
-                if tokens[-1] != d or generated == MAX_TOKENS:
-                    break
-        return tokens[len(prompt):], steps, min(margins)
+class Eagle3:
+    """An EAGLE-3 head for the tiny llama (see the top)."""
+    method, arch, base_arch, out_name = 'eagle3', 'llama_eagle3', 'llama', 'llama_eagle3'
+    SEED, DRAFT_VOCAB, INTER = 140, 256, 96
+
+    def __init__(self):
+        self.target = AutoModelForCausalLM.from_pretrained(os.path.join(TINY, 'llama'), dtype=torch.float32,
+                                                           attn_implementation='eager').eval()
+        c = self.target.config
+        self.h, self.eps, self.layers = c.hidden_size, c.rms_norm_eps, c.num_hidden_layers
+        self.heads, self.kv_heads, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.aux = sorted({2, self.layers // 2, self.layers - 3})
+        with open(os.path.join(REPO, 'tests', 'goldens', 'tiny', 'llama.json')) as f:
+            used = sorted({t for case in json.load(f)['cases'] for t in case['prompt_token_ids'] + case['token_ids']})
+        gen = torch.Generator().manual_seed(self.SEED)
+        rest = [t for t in torch.randperm(c.vocab_size, generator=gen).tolist() if t not in used]
+        # The draft vocabulary: every token the goldens use, and random others, in id order.
+        self.draft_ids = sorted(used + rest[:self.DRAFT_VOCAB - len(used)])
+        assert len(self.draft_ids) == self.DRAFT_VOCAB
+        noise = lambda *shape: torch.randn(shape, generator=gen, dtype=torch.float32)  # noqa: E731
+        h, q, kv = self.h, self.heads * self.hd, self.kv_heads * self.hd
+        self.w = {
+            'fc.weight': STD / len(self.aux) ** 0.5 * noise(h, len(self.aux) * h),
+            'midlayer.input_layernorm.weight': 1.0 + 0.2 * noise(h),
+            'midlayer.hidden_norm.weight': 1.0 + 0.2 * noise(h),
+            'midlayer.self_attn.q_proj.weight': STD * noise(q, 2 * h),
+            'midlayer.self_attn.k_proj.weight': STD * noise(kv, 2 * h),
+            'midlayer.self_attn.v_proj.weight': STD * noise(kv, 2 * h),
+            'midlayer.self_attn.o_proj.weight': STD * noise(h, q),
+            'midlayer.post_attention_layernorm.weight': 1.0 + 0.2 * noise(h),
+            'midlayer.mlp.gate_proj.weight': STD * noise(self.INTER, h),
+            'midlayer.mlp.up_proj.weight': STD * noise(self.INTER, h),
+            'midlayer.mlp.down_proj.weight': STD * noise(h, self.INTER),
+            'norm.weight': 1.0 + 0.2 * noise(h),
+            'lm_head.weight': STD * noise(self.DRAFT_VOCAB, h),
+        }
+        self.rope = self.target.model.rotary_emb
+
+    def target_forward(self, tokens):
+        h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
+        return h, self.target.lm_head(h)
+
+    def first_hidden(self, tokens):
+        """`fc` over the inputs of the aux layers (transformers' hidden_states[i], i < L)."""
+        states = self.target.model(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+        return torch.cat([states[i][0] for i in self.aux], -1) @ self.w['fc.weight'].T
+
+    def to_target(self, draft_id):
+        return self.draft_ids[draft_id]
+
+    def to_draft(self, token):
+        return self.draft_ids.index(token)
+
+    def params(self):
+        return list(self.w.values())
+
+    def forward(self, ids, hidden):
+        """The head over rows p = 0.. (token p + 1, hidden p): pre-norm outputs, draft logits."""
+        w, eps, n = self.w, self.eps, len(ids)
+        e = rms_norm(self.target.model.embed_tokens.weight[torch.tensor(ids)], w['midlayer.input_layernorm.weight'],
+                     eps, 1.0)
+        x = torch.cat([e, rms_norm(hidden, w['midlayer.hidden_norm.weight'], eps, 1.0)], -1)
+        heads = lambda t, k: t.view(n, k, self.hd).transpose(0, 1)  # noqa: E731
+        q = heads(x @ w['midlayer.self_attn.q_proj.weight'].T, self.heads)
+        k = heads(x @ w['midlayer.self_attn.k_proj.weight'].T, self.kv_heads)
+        v = heads(x @ w['midlayer.self_attn.v_proj.weight'].T, self.kv_heads)
+        cos, sin = self.rope(x[None], torch.arange(n)[None])
+        q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
+        rep = self.heads // self.kv_heads
+        k, v = k[0].repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+        scores = q[0] @ k.transpose(1, 2) / self.hd ** 0.5 + torch.full((n, n), float('-inf')).triu(1)
+        attn = (scores.softmax(-1) @ v).transpose(0, 1).reshape(n, -1) @ w['midlayer.self_attn.o_proj.weight'].T
+        residual = hidden + attn
+        y = rms_norm(residual, w['midlayer.post_attention_layernorm.weight'], eps, 1.0)
+        mlp = (torch.nn.functional.silu(y @ w['midlayer.mlp.gate_proj.weight'].T) * (y @ w['midlayer.mlp.up_proj.weight'].T))
+        prenorm = residual + mlp @ w['midlayer.mlp.down_proj.weight'].T
+        return prenorm, rms_norm(prenorm, w['norm.weight'], eps, 1.0) @ w['lm_head.weight'].T
+
+    def save(self):
+        out = os.path.join(TINY, self.out_name)
+        os.makedirs(out, exist_ok=True)
+        c = self.target.config
+        tensors = {k: v.detach().contiguous() for k, v in self.w.items()}
+        tensors['d2t'] = torch.tensor([t - i for i, t in enumerate(self.draft_ids)], dtype=torch.int64)
+        t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
+        t2d[self.draft_ids] = True
+        tensors['t2d'] = t2d
+        save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+        config = {
+            'architectures': ['LlamaForCausalLMEagle3'], 'model_type': 'llama', 'hidden_size': self.h,
+            'intermediate_size': self.INTER, 'num_hidden_layers': 1, 'num_attention_heads': self.heads,
+            'num_key_value_heads': self.kv_heads, 'head_dim': self.hd, 'rms_norm_eps': self.eps,
+            'rope_theta': c.rope_parameters['rope_theta'], 'vocab_size': c.vocab_size,
+            'draft_vocab_size': self.DRAFT_VOCAB, 'max_position_embeddings': c.max_position_embeddings,
+            'hidden_act': 'silu', 'tie_word_embeddings': False,
+        }
+        with open(os.path.join(out, 'config.json'), 'w') as f:
+            json.dump(config, f, indent=2)
+            f.write('\n')
+        print(f'{out}: EAGLE-3 head {os.path.getsize(os.path.join(out, "model.safetensors")) / 1e6:.2f} MB')
+
+
+def train(head, sequences):
+    """Fits the head to propose token p + 2 at position p of `sequences`."""
+    params = head.params()
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=TRAIN_LR)
+    with torch.no_grad():
+        data = [(seq[1:-1], head.first_hidden(seq[:-2]), torch.tensor([head.to_draft(t) for t in seq[2:]]))
+                for seq in sequences]
+    for step in range(TRAIN_STEPS):
+        opt.zero_grad()
+        loss = sum(torch.nn.functional.cross_entropy(head.forward(i, h)[1], y) for i, h, y in data)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == TRAIN_STEPS - 1:
+            print(f'{head.arch}: train step {step}: loss {loss.item() / len(data):.3f}')
+    for p in params:
+        p.requires_grad_(False)
+
+
+def speculate(head, prompt):
+    """Greedy decoding with the head's drafts, step by step as the engine runs it (one request)."""
+    tokens = list(prompt)
+    tokens.append(int(head.target_forward(tokens)[1][-1].argmax()))
+    generated, steps, margins = 1, [], []
+    while generated < MAX_TOKENS:
+        limit = min(K, MAX_TOKENS - generated - 1)
+        drafts = []
+        if limit > 0:
+            ids, hidden = tokens[1:], head.first_hidden(tokens[:-1])
+            for _ in range(limit):
+                chain, logits = head.forward(ids, hidden)
+                margins.append(margin(logits[-1]))
+                drafts.append(head.to_target(int(logits[-1].argmax())))
+                ids, hidden = ids + [drafts[-1]], torch.cat([hidden, chain[-1:]])
+        steps.append(drafts)
+        for d in drafts + [None]:
+            tokens.append(int(head.target_forward(tokens)[1][-1].argmax()))
+            generated += 1
+            if tokens[-1] != d or generated == MAX_TOKENS:
+                break
+    return tokens[len(prompt):], steps, min(margins)
 
 
 def margin(logits):
@@ -228,26 +358,26 @@ def margin(logits):
 
 
 def make(arch):
-    mtp = Mtp(arch)
-    with open(os.path.join(REPO, 'tests', 'goldens', 'tiny', f'{arch}.json')) as f:
+    head = Eagle3() if arch == 'llama_eagle3' else Mtp(arch)
+    with open(os.path.join(REPO, 'tests', 'goldens', 'tiny', f'{head.base_arch}.json')) as f:
         base_cases = json.load(f)['cases']
-    mtp.train([c['prompt_token_ids'] + c['token_ids'] for c in base_cases])
+    train(head, [c['prompt_token_ids'] + c['token_ids'] for c in base_cases])
     torch.set_grad_enabled(False)
-    mtp.save()
+    head.save()
     cases = []
     for c in base_cases:
         prompt = c['prompt_token_ids']
-        tokens, steps, m = mtp.speculate(prompt)
+        tokens, steps, m = speculate(head, prompt)
         assert tokens == c['token_ids'][:MAX_TOKENS], 'speculation must not change the greedy tokens'
         print(f'{arch}: prompt len {len(prompt)}: {len(steps)} steps, drafts {steps}, min draft margin {m:.4f}')
         if m >= MIN_REL_MARGIN:
             cases.append({'prompt_token_ids': prompt, 'token_ids': tokens, 'drafts_after_each_step': steps,
                           'min_draft_rel_margin': round(m, 4)})
     assert len(cases) >= 3, 'too few prompts with clear draft margins'
-    golden = os.path.join(REPO, 'tests', 'goldens', 'tiny', f'{arch}_mtp.json')
+    golden = os.path.join(REPO, 'tests', 'goldens', 'tiny', f'{head.out_name}.json')
     with open(golden, 'w') as f:
-        json.dump({'model': f'tests/data/tiny/{arch}_mtp', 'speculative_config':
-                   {'method': 'mtp', 'num_speculative_tokens': K}, 'max_tokens': MAX_TOKENS,
+        json.dump({'model': f'tests/data/tiny/{head.out_name}', 'speculative_config':
+                   {'method': head.method, 'num_speculative_tokens': K}, 'max_tokens': MAX_TOKENS,
                    'versions': {'torch': torch.__version__}, 'cases': cases}, f, indent=1)
         f.write('\n')
     print(f'wrote {golden}: {len(cases)} cases')
@@ -255,5 +385,5 @@ def make(arch):
 
 
 if __name__ == '__main__':
-    for arch in sys.argv[1:] or list(ARCHS):
+    for arch in sys.argv[1:] or list(ARCHS) + ['llama_eagle3']:
         make(arch)

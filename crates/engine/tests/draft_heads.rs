@@ -1,10 +1,11 @@
-//! MTP speculative decoding on the tiny DeepSeek-V3 and Qwen3.5 (a hybrid: rejected drafts roll
-//! its recurrent state back) with a trained MTP layer (`scripts/make_tiny_mtp.py`): the drafts
-//! proposed after every step equal the plain-torch reference's (so the layer, the target hidden
-//! states it is fed, its cache catch-up after accepted and rejected drafts and the chained steps
-//! are all right), greedy output is the target's alone and in a batch of 32 under chunked
-//! prefill and preemption, and checkpoints without MTP weights are refused with a message that
-//! says so.
+//! Speculative decoding with draft heads (`scripts/make_tiny_draft_heads.py`): trained MTP layers
+//! of the tiny DeepSeek-V3, Qwen3.5, Qwen3.5-MoE and Qwen3-Next (hybrids: rejected drafts roll
+//! their recurrent state back), and an EAGLE-3 head for the tiny Llama (reading the inputs of
+//! three of its layers). The drafts proposed after every step equal the plain-torch reference's
+//! (so the head, the target hidden states it is fed, its cache catch-up after accepted and
+//! rejected drafts and the chained steps are all right), greedy output is the target's alone
+//! and in a batch of 32 under chunked prefill and preemption, and checkpoints without MTP
+//! weights, or heads that do not fit the target, are refused with a message that says so.
 
 use vllm_rs_engine::{
     DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig,
@@ -21,8 +22,13 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
+/// The golden of a head: `<arch>_mtp` for an MTP layer, `llama_eagle3` for the EAGLE-3 head.
+fn golden_name(model: &str) -> String {
+    if model == "llama_eagle3" { model.to_string() } else { format!("{model}_mtp") }
+}
+
 fn cases(model: &str) -> (Vec<Case>, usize) {
-    let g = golden(&format!("tiny/{model}_mtp.json"));
+    let g = golden(&format!("tiny/{}.json", golden_name(model)));
     let cases = g["cases"]
         .as_array()
         .unwrap()
@@ -36,14 +42,25 @@ fn cases(model: &str) -> (Vec<Case>, usize) {
     (cases, g["max_tokens"].as_u64().unwrap() as usize)
 }
 
+/// The target and, with `spec` (its `k`; the method is the head's), its draft head.
 fn engine(model: &str, spec: Option<&str>, budget: usize, blocks: usize) -> EngineCore {
-    let dir = test_data(&format!("data/tiny/{model}_mtp"));
-    let lm = vllm_rs_models::load(&dir).expect("model loads");
+    let dir = test_data(&format!("data/tiny/{}", golden_name(model)));
+    let eagle = model == "llama_eagle3";
+    let target = if eagle { test_data("data/tiny/llama") } else { dir.clone() };
+    let lm = vllm_rs_models::load(&target).expect("model loads");
     let mut cfg = EngineConfig::new(96, blocks);
     cfg.block_size = 4;
     cfg.max_num_batched_tokens = budget;
-    cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
-    let draft = spec.map(|_| DraftWeights::Mtp(Box::new(vllm_rs_models::mtp::load(&dir).expect("MTP layer loads"))));
+    let spec = spec.map(|s| if eagle { s.replace(r#""mtp""#, r#""eagle3", "model": "head""#) } else { s.to_string() });
+    cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(&s).unwrap());
+    let draft = cfg.speculative_config.as_ref().map(|_| -> DraftWeights {
+        match eagle {
+            true => {
+                DraftWeights::Head(Box::new(vllm_rs_models::eagle3::load(&dir, lm.model.as_ref()).expect("head loads")))
+            }
+            false => DraftWeights::Head(Box::new(vllm_rs_models::mtp::load(&dir).expect("MTP layer loads"))),
+        }
+    });
     EngineCore::with_draft(lm.model, draft, cfg).expect("engine")
 }
 
@@ -134,7 +151,7 @@ fn greedy_output_is_exact_under_preemption(model: &str) {
     assert!(core.stats.spec_decode_num_accepted_tokens > 0);
 }
 
-macro_rules! with_mtp {
+macro_rules! with_head {
     ($($model:ident),*) => {$(
         mod $model {
             #[test]
@@ -155,7 +172,7 @@ macro_rules! with_mtp {
     )*};
 }
 
-with_mtp!(deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next);
+with_head!(deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next, llama_eagle3);
 
 #[test]
 fn checkpoints_without_mtp_layers_are_refused() {
@@ -165,4 +182,16 @@ fn checkpoints_without_mtp_layers_are_refused() {
     assert!(e.to_string().contains("no MTP weights (mtp.fc.weight)"), "{e}");
     let e = vllm_rs_models::mtp::load(&test_data("data/tiny/llama")).err().expect("no MTP for llama");
     assert!(e.to_string().contains("MTP is implemented for DeepseekV3ForCausalLM"), "{e}");
+}
+
+#[test]
+fn an_eagle3_head_for_another_model_is_refused() {
+    let head = test_data("data/tiny/llama_eagle3");
+    // The tiny Qwen3.5 has 320 tokens too, but four layers: the default layer ids (2, 4/2, 4-3)
+    // name two distinct ones.
+    let target = vllm_rs_models::load(&test_data("data/tiny/qwen3_5")).unwrap();
+    let e = vllm_rs_models::eagle3::load(&head, target.model.as_ref()).err().expect("refused");
+    assert!(e.to_string().contains("three distinct layers"), "{e}");
+    let e = vllm_rs_models::eagle3::load(&test_data("data/tiny/llama"), target.model.as_ref()).err().expect("no head");
+    assert!(e.to_string().contains("is not an EAGLE-3 head"), "{e}");
 }
