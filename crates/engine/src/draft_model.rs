@@ -8,9 +8,10 @@
 //! how many positions of its cache hold the request's real tokens; proposals that the target
 //! rejected are recomputed, accepted ones are kept.
 
+use crate::draft_round::Round;
 use std::collections::HashMap;
-use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
-use vllm_rs_models::{ForwardBatch, GroupBatch, Model, Workspace};
+use vllm_rs_kernels::attention::{KvCache, KvDtype};
+use vllm_rs_models::{Model, Workspace};
 
 /// What the draft cache holds for one request.
 #[derive(Default)]
@@ -36,17 +37,6 @@ pub struct Drafter {
     logits: Vec<f32>,
     k: usize,
     states: HashMap<String, DraftState>,
-}
-
-/// One draft forward's inputs, reused between rounds.
-#[derive(Default)]
-struct Round {
-    ids: Vec<u32>,
-    positions: Vec<u32>,
-    slots: Vec<usize>,
-    /// Per request in the round: (job index, first row, rows, sequence length).
-    seqs: Vec<(usize, usize, usize, usize)>,
-    last_rows: Vec<usize>,
 }
 
 impl Drafter {
@@ -76,19 +66,20 @@ impl Drafter {
             let start = st.computed.min(len);
             let matched = st.fed.iter().zip(&job.tokens[start..]).take_while(|(a, b)| a == b).count();
             let valid = (start + matched).min(len - 1);
-            round.push(j, &job.tokens[valid..], valid, job.block_table, self.kv.block_size);
+            round.push(j, &job.tokens[valid..], valid, job.block_table, self.kv.block_size, true);
         }
         let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
         for r in 0..width {
-            if round.seqs.is_empty() {
+            if round.is_empty() {
                 break;
             }
             let next = self.run(&round, jobs);
             let mut following = Round::default();
-            for (&(j, _, _, seq_len), tok) in round.seqs.iter().zip(next) {
+            for ((seq, _), tok) in round.drafting().zip(next) {
+                let j = seq.job;
                 drafts[j].push(tok);
                 if drafts[j].len() < self.k.min(jobs[j].limit) && r + 1 < width {
-                    following.push(j, &[tok], seq_len, jobs[j].block_table, self.kv.block_size);
+                    following.push(j, &[tok], seq.seq_len, jobs[j].block_table, self.kv.block_size, true);
                 }
             }
             round = following;
@@ -105,40 +96,10 @@ impl Drafter {
 
     /// One draft forward over the round; the argmax token of each request's last row.
     fn run(&mut self, round: &Round, jobs: &[DraftJob]) -> Vec<u32> {
-        let seqs = round
-            .seqs
-            .iter()
-            .map(|&(j, start, rows, seq_len)| SeqAttention {
-                query_start: start,
-                query_len: rows,
-                seq_len,
-                block_table: jobs[j].block_table,
-            })
-            .collect();
-        let batch = ForwardBatch {
-            input_ids: &round.ids,
-            positions: &round.positions,
-            groups: vec![GroupBatch { slot_mapping: &round.slots, seqs }],
-            logits_indices: &round.last_rows,
-            state_saves: &[],
-        };
+        let batch = round.batch(|j| jobs[j].block_table);
         self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits);
         let mut next = Vec::new();
         self.ws.backend.argmax_rows(&self.logits, self.model.info().vocab_size, &mut next);
         next
-    }
-}
-
-impl Round {
-    /// Adds job `j`'s tokens at positions `first..`, attending over `first + tokens.len()`.
-    fn push(&mut self, j: usize, tokens: &[u32], first: usize, table: &[u32], bs: usize) {
-        let start = self.ids.len();
-        self.ids.extend_from_slice(tokens);
-        for p in first..first + tokens.len() {
-            self.positions.push(p as u32);
-            self.slots.push(table[p / bs] as usize * bs + p % bs);
-        }
-        self.seqs.push((j, start, tokens.len(), first + tokens.len()));
-        self.last_rows.push(start + tokens.len() - 1);
     }
 }

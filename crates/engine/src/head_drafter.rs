@@ -10,9 +10,10 @@
 //! target's block tables (a full-attention group), and chained drafts write into the `k`
 //! lookahead slots the scheduler reserves; the next step's rows overwrite what was rejected.
 
-use vllm_rs_kernels::attention::{KvCache, KvDtype, SeqAttention};
+use crate::draft_round::Round;
+use vllm_rs_kernels::attention::{KvCache, KvDtype};
+use vllm_rs_models::Workspace;
 use vllm_rs_models::draft_head::DraftHead;
-use vllm_rs_models::{ForwardBatch, GroupBatch, Workspace};
 
 /// One request's share of a step: rows `rows` of the target's batch are positions
 /// `first_position..` whose next tokens are in `tokens`; at most `limit` drafts are wanted.
@@ -29,7 +30,6 @@ pub struct HeadDrafter {
     kv: KvCache,
     ws: Workspace,
     k: usize,
-    round: Round,
     /// Hidden states a round starts from, `rows × hidden`.
     hidden: Vec<f32>,
     /// The first round's hidden state of every target row.
@@ -37,52 +37,12 @@ pub struct HeadDrafter {
     logits: Vec<f32>,
 }
 
-/// One forward's inputs, reused between rounds.
-#[derive(Default)]
-struct Round {
-    ids: Vec<u32>,
-    positions: Vec<u32>,
-    slots: Vec<usize>,
-    /// Per request in the round: (job index, first row, rows, sequence length).
-    seqs: Vec<(usize, usize, usize, usize)>,
-    /// The last row of each request that wants a draft, and the request's index in `seqs`.
-    last_rows: Vec<usize>,
-    drafting: Vec<usize>,
-}
-
-impl Round {
-    fn clear(&mut self) {
-        self.ids.clear();
-        self.positions.clear();
-        self.slots.clear();
-        self.seqs.clear();
-        self.last_rows.clear();
-        self.drafting.clear();
-    }
-
-    /// Adds job `j`'s `ids` at positions `first..`; `draft`: its last row's logits are wanted.
-    fn push(&mut self, j: usize, ids: &[u32], first: usize, table: &[u32], bs: usize, draft: bool) {
-        let start = self.ids.len();
-        self.ids.extend_from_slice(ids);
-        for p in first..first + ids.len() {
-            self.positions.push(p as u32);
-            self.slots.push(table[p / bs] as usize * bs + p % bs);
-        }
-        if draft {
-            self.last_rows.push(start + ids.len() - 1);
-            self.drafting.push(self.seqs.len());
-        }
-        self.seqs.push((j, start, ids.len(), first + ids.len()));
-    }
-}
-
 impl HeadDrafter {
     /// A drafter over `num_blocks` blocks of `block_size` tokens (the target's block ids).
     pub fn new(head: Box<dyn DraftHead>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
         let kv = head.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
-        let (ws, round) = (Workspace::default(), Round::default());
         let (hidden, target_rows, logits) = (Vec::new(), Vec::new(), Vec::new());
-        HeadDrafter { head, kv, ws, k, round, hidden, target_rows, logits }
+        HeadDrafter { head, kv, ws: Workspace::default(), k, hidden, target_rows, logits }
     }
 
     /// Target layers whose inputs the head reads (the target's forward keeps them).
@@ -98,8 +58,7 @@ impl HeadDrafter {
         let target_hidden = &self.target_rows;
         let bs = self.kv.block_size;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
-        let mut round = std::mem::take(&mut self.round);
-        round.clear();
+        let mut round = Round::default();
         self.hidden.clear();
         for (j, job) in jobs.iter().enumerate().filter(|(_, job)| !job.rows.is_empty()) {
             let (p, n) = (job.first_position, job.rows.len());
@@ -108,7 +67,7 @@ impl HeadDrafter {
         }
         let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
         let mut step = 0;
-        while !round.seqs.is_empty() {
+        while !round.is_empty() {
             let next = self.run(&round, jobs);
             step += 1;
             // The next round: one row per request still drafting, fed its draft and the hidden
@@ -116,43 +75,26 @@ impl HeadDrafter {
             let chain = self.head.chain_hidden(&self.ws);
             self.hidden.clear();
             let mut following = Round::default();
-            for (&si, (&row, tok)) in round.drafting.iter().zip(round.last_rows.iter().zip(next)) {
-                let (j, _, _, seq_len) = round.seqs[si];
+            for ((seq, row), tok) in round.drafting().zip(next) {
+                let j = seq.job;
                 drafts[j].push(tok);
                 if step < width && drafts[j].len() < jobs[j].limit {
-                    following.push(j, &[tok], seq_len, jobs[j].block_table, bs, true);
+                    following.push(j, &[tok], seq.seq_len, jobs[j].block_table, bs, true);
                     self.hidden.extend_from_slice(&chain[row * dim..(row + 1) * dim]);
                 }
             }
             round = following;
         }
-        self.round = round;
         drafts
     }
 
     /// One forward over the round; the argmax token of each drafting request's last row.
     fn run(&mut self, round: &Round, jobs: &[HeadJob]) -> Vec<u32> {
-        let seqs = round
-            .seqs
-            .iter()
-            .map(|&(j, start, rows, seq_len)| SeqAttention {
-                query_start: start,
-                query_len: rows,
-                seq_len,
-                block_table: jobs[j].block_table,
-            })
-            .collect();
-        let batch = ForwardBatch {
-            input_ids: &round.ids,
-            positions: &round.positions,
-            groups: vec![GroupBatch { slot_mapping: &round.slots, seqs }],
-            logits_indices: &round.last_rows,
-            state_saves: &[],
-        };
+        let batch = round.batch(|j| jobs[j].block_table);
         self.head.forward(&batch, &self.hidden, &mut self.kv, &mut self.ws);
-        if round.last_rows.is_empty() {
+        if round.last_rows().is_empty() {
             return Vec::new(); // a catch-up only
         }
-        self.head.argmax(&self.ws, &round.last_rows, &mut self.logits)
+        self.head.argmax(&self.ws, round.last_rows(), &mut self.logits)
     }
 }

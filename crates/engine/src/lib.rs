@@ -1,6 +1,7 @@
 //! The engine: scheduler + model runner + sampler, stepped on its own thread.
 
 pub mod draft_model;
+pub mod draft_round;
 pub mod engine_core;
 pub mod handle;
 pub mod head_drafter;
