@@ -138,6 +138,13 @@ fn load(ck: &Checkpoint, config: &Value) -> Result<DecoderModel> {
     let flag = |k: &str, default: bool| config[k].as_bool().unwrap_or(default);
     let dims = Mamba2Dims::parse(&config)?;
     let time_step_min = config["time_step_min"].as_f64().unwrap_or(0.001) as f32;
+    // transformers runs `mamba_hidden_act` after the mixer's convolution, which is SiLU here.
+    match config["mamba_hidden_act"].as_str().unwrap_or("silu") {
+        "silu" | "swish" => {}
+        other => {
+            return Err(Error::msg(format!("config: mamba_hidden_act {other:?} is not supported (only silu)")));
+        }
+    }
     let act_name = config["mlp_hidden_act"].as_str().unwrap_or("relu2");
     let act = Activation::parse(act_name)
         .ok_or_else(|| Error::msg(format!("config: mlp_hidden_act {act_name:?} is not supported")))?;

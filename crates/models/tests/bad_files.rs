@@ -211,6 +211,15 @@ fn falcon_h1_configs_not_built_are_refused() {
 }
 
 #[test]
+fn nemotron_h_with_another_mixer_activation_is_refused() {
+    // The convolution of the Mamba-2 mixers runs SiLU only.
+    expect_config_errs(
+        "nemotron_h",
+        &[("mamba_hidden_act", json!("gelu"), &["mamba_hidden_act \"gelu\"", "only silu"])],
+    );
+}
+
+#[test]
 fn bad_moe_checkpoints_and_configs() {
     // A missing expert, in Qwen's names and in Mixtral's.
     for (arch, gone) in [
