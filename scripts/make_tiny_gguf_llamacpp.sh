@@ -12,7 +12,7 @@
 #
 # Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH[@OUTTYPE]...]   (default: qwen3_5 qwen3_5_moe)
 # (the tests also read lfm2, nemotron_h, nemotron_h_moe, gpt_oss, deepseek_v2, deepseek_v3,
-# deepseek_v3@q8_0 and falcon_h1 made by it)
+# deepseek_v3@q8_0, falcon_h1 and llama3_rope made by it)
 # Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)

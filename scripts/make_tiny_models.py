@@ -18,6 +18,8 @@ hold), and the same checkpoint is also written with those experts in the release
 (`*_blocks` / `*_scales` bytes, `quantization_config` mxfp4) as tests/data/tiny/gpt_oss_mxfp4:
 both hold exactly the same values, so the goldens of the float32 one hold for both.
 
+Variants (VARIANTS below: another config of an architecture, e.g. llama3_rope) are made when named.
+
 Usage: python scripts/make_tiny_models.py [OUT_DIR [ARCH..]]   (default <repo>/tests/data/tiny, all)
 Needs scripts/requirements-goldens.txt (torch, transformers).
 """
@@ -35,8 +37,22 @@ COMMON = SPECS['common']
 STD = COMMON['initializer_range']  # weight std: peaked logits with clear top-2 margins (checked by make_goldens.py)
 
 
+# Checkpoints of an architecture with another config, for features its own tiny one lacks:
+# name -> (architecture, config keywords over its spec's).
+VARIANTS = {
+    # Llama 3.1/3.2's rotary scaling, with a short original context so every band is used.
+    'llama3_rope': ('llama', {'rope_parameters': {
+        'rope_type': 'llama3', 'rope_theta': 50000.0, 'factor': 8.0, 'low_freq_factor': 1.0,
+        'high_freq_factor': 4.0, 'original_max_position_embeddings': 64}}),
+}
+
+
 def make(arch, out_root):
-    spec = SPECS['archs'][arch]
+    if arch in VARIANTS:
+        base, extra = VARIANTS[arch]
+        spec = dict(SPECS['archs'][base], config=dict(SPECS['archs'][base]['config'], **extra))
+    else:
+        spec = SPECS['archs'][arch]
     cls_name, seed = spec['class'], spec['seed']
     config = getattr(transformers, spec['config_class'])(**dict(COMMON, **spec['config']))
     config.architectures = [cls_name]

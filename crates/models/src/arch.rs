@@ -84,6 +84,8 @@ impl ArchSpec {
             "token_embd_norm.weight" => Some("model.embedding_norm.weight"),
             "output_norm.weight" => Some("model.norm.weight"),
             "output.weight" => Some("lm_head.weight"),
+            // Llama 3's rotary scaling as per-frequency divisors (read by `llama.rs`).
+            "rope_freqs.weight" => Some("rope_freqs.weight"),
             _ => None,
         };
         if let Some(t) = top {

@@ -121,7 +121,8 @@ pub fn load_with(
     mut variant: Variant,
     mlp: impl Fn(usize, &str, Activation) -> Result<FeedForward>,
 ) -> Result<DecoderModel> {
-    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let mut c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let scaling = c.rope_scaling.take().filter(|s| !s.is_null());
     c.validate()?;
     let extra: LlamaExtra = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
     if extra.mlp_bias {
@@ -157,7 +158,60 @@ pub fn load_with(
         let self_attn = load_attention(ck, &a, hidden, params, bias, qk_norms, interleaved)?;
         layers.push(pre_norm_layer(ck, &p, &c, self_attn.into(), mlp(i, &p, act)?)?);
     }
-    pre_norm_model(ck, config, &c, embed, layers, hd)
+    let mut m = pre_norm_model(ck, config, &c, embed, layers, hd)?;
+    m.rope_inv_freqs = vec![rope_inv_freq(ck, &c, scaling.as_ref(), hd)?];
+    Ok(m)
+}
+
+/// The rotary frequencies: `rope_theta`'s, rescaled as Llama 3.1 does (`rope_type: llama3`), or
+/// divided by a GGUF's `rope_freqs` (llama.cpp's form of the same scaling).
+fn rope_inv_freq(ck: &Checkpoint, c: &CommonConfig, scaling: Option<&Value>, dim: usize) -> Result<Vec<f32>> {
+    let mut inv_freq = ops::rope_inv_freq(c.rope_theta, dim);
+    if ck.contains("rope_freqs.weight") {
+        let factors = ck.vector("rope_freqs.weight", dim / 2)?;
+        inv_freq.iter_mut().zip(factors).for_each(|(f, d)| *f /= d);
+    }
+    match scaling {
+        None => Ok(inv_freq),
+        Some(s) if s.get("rope_type").or(s.get("type")).and_then(Value::as_str) == Some("llama3") => {
+            llama3_scaling(&mut inv_freq, s)?;
+            Ok(inv_freq)
+        }
+        Some(s) => {
+            let kind = s.get("rope_type").or(s.get("type"));
+            Err(Error::msg(format!("config: rope_scaling {kind:?} is not supported yet (default and llama3 are)")))
+        }
+    }
+}
+
+/// transformers' `_compute_llama3_parameters`: wavelengths shorter than
+/// `original_max_position_embeddings / high_freq_factor` keep their frequency, those longer than
+/// `.. / low_freq_factor` are slowed by `factor`, and those between are blended.
+fn llama3_scaling(inv_freq: &mut [f32], s: &Value) -> Result<()> {
+    let get = |k: &str| {
+        s.get(k).and_then(Value::as_f64).ok_or_else(|| Error::msg(format!("config: rope_scaling (llama3) needs {k}")))
+    };
+    let (factor, low, high) = (get("factor")?, get("low_freq_factor")?, get("high_freq_factor")?);
+    let old_len = get("original_max_position_embeddings")?;
+    if factor <= 0.0 || high <= low {
+        return Err(Error::msg(
+            "config: rope_scaling (llama3) needs factor > 0 and high_freq_factor > low_freq_factor",
+        ));
+    }
+    let (low_wavelen, high_wavelen) = (old_len / low, old_len / high);
+    for f in inv_freq {
+        let freq = *f as f64;
+        let wavelen = 2.0 * std::f64::consts::PI / freq;
+        *f = if wavelen < high_wavelen {
+            freq
+        } else if wavelen > low_wavelen {
+            freq / factor
+        } else {
+            let smooth = (old_len / wavelen - low) / (high - low);
+            (1.0 - smooth) * freq / factor + smooth * freq
+        } as f32;
+    }
+    Ok(())
 }
 
 /// A Llama-style layer: RMSNorms `{prefix}.input_layernorm` before the mixer and

@@ -236,6 +236,13 @@ fn hybrids_converted_by_llama_cpp() {
     }
 }
 
+/// Llama 3.1's rotary scaling as llama.cpp's converter writes it: per-frequency divisors in a
+/// `rope_freqs` tensor, no scaling metadata.
+#[test]
+fn llama3_rope_scaling_converted_by_llama_cpp() {
+    same_as_safetensors(&test_data("data/tiny/llama3_rope"), "llama3_rope", "LlamaForCausalLM");
+}
+
 /// Our forward on `tests/data/tiny-gguf/{arch}.gguf` (prefilled in chunks of 5) against our
 /// forward on the safetensors `dir` it came from, over the golden prompts of `arch`: the same
 /// greedy ids, and final logits equal to float rounding.

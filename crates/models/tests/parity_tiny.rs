@@ -90,6 +90,13 @@ fn llama() {
     check_arch("llama", "LlamaForCausalLM");
 }
 
+/// The same weights with Llama 3.1's rotary scaling (`rope_type: llama3`), every frequency band
+/// in use (`scripts/make_tiny_models.py` VARIANTS).
+#[test]
+fn llama3_rope_scaling() {
+    check_arch("llama3_rope", "LlamaForCausalLM");
+}
+
 #[test]
 fn qwen2() {
     check_arch("qwen2", "Qwen2ForCausalLM");
