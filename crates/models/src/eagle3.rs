@@ -21,7 +21,7 @@ use crate::model::{Model, ModelInfo, Workspace};
 use serde_json::Value;
 use std::path::Path;
 use vllm_rs_kernels::attention::KvCache;
-use vllm_rs_kernels::ops::{self, RopeTable};
+use vllm_rs_kernels::ops::RopeTable;
 use vllm_rs_kernels::{Backend, Weight};
 
 /// The HF classes of EAGLE-3 heads.
@@ -65,7 +65,9 @@ pub fn load(path: &Path, target: &dyn Model) -> Result<Eagle3> {
 }
 
 fn build(ck: &Checkpoint, config: &Value, target: &dyn Model) -> Result<Eagle3> {
-    let c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    let mut c: CommonConfig = serde_json::from_value(config.clone()).map_err(|e| Error::msg(format!("config: {e}")))?;
+    // Llama 3.1 heads carry their target's `llama3` rotary scaling.
+    let scaling = c.rope_scaling.take().filter(|s| !s.is_null());
     c.validate()?;
     let t = target.info();
     let (hidden, vocab) = (c.hidden_size, t.vocab_size);
@@ -159,7 +161,7 @@ fn build(ck: &Checkpoint, config: &Value, target: &dyn Model) -> Result<Eagle3> 
         norm: norm(&top("norm"))?,
         lm_head: ck.matrix(&format!("{}.weight", top("lm_head")), draft_vocab, hidden)?.for_matmul(),
         draft_to_target,
-        rope_inv_freq: ops::rope_inv_freq(c.rope_theta, hd),
+        rope_inv_freq: crate::llama::rope_inv_freq(ck, &c, scaling.as_ref(), hd)?,
     })
 }
 

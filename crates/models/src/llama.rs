@@ -165,7 +165,7 @@ pub fn load_with(
 
 /// The rotary frequencies: `rope_theta`'s, rescaled as Llama 3.1 does (`rope_type: llama3`), or
 /// divided by a GGUF's `rope_freqs` (llama.cpp's form of the same scaling).
-fn rope_inv_freq(ck: &Checkpoint, c: &CommonConfig, scaling: Option<&Value>, dim: usize) -> Result<Vec<f32>> {
+pub fn rope_inv_freq(ck: &Checkpoint, c: &CommonConfig, scaling: Option<&Value>, dim: usize) -> Result<Vec<f32>> {
     let mut inv_freq = ops::rope_inv_freq(c.rope_theta, dim);
     if ck.contains("rope_freqs.weight") {
         let factors = ck.vector("rope_freqs.weight", dim / 2)?;
