@@ -175,14 +175,10 @@ fn load_generate(
     let layout = kv_cache_layout(lm.model.as_ref(), block_size, !cfg.disable_hybrid_kv_cache_manager);
     let draft = load_draft(args, path, lm.model.as_ref())?;
     // A drafter keeps its own K/V for every block id the target has.
-    let draft_per_block = match &draft {
-        Some(DraftWeights::Model(d)) => kv_bytes_per_block(&kv_cache_layout(d.as_ref(), block_size, false), kv_dtype),
-        Some(DraftWeights::Head(h)) => {
-            let layout = vllm_rs_core::KvCacheLayout::new(&h.info().kv_cache_specs, block_size);
-            kv_bytes_per_block(&layout, kv_dtype)
-        }
-        None => 0,
-    };
+    let draft_per_block = draft.as_ref().map_or(0, |d| {
+        let specs: Vec<_> = d.info().kv_cache_specs.iter().map(|s| s.without_window()).collect();
+        kv_bytes_per_block(&vllm_rs_core::KvCacheLayout::new(&specs, block_size), kv_dtype)
+    });
     let per_block = kv_bytes_per_block(&layout, kv_dtype) + draft_per_block;
     let per_request = kv_blocks_per_request(&layout, block_size, max_model_len, cfg.max_num_batched_tokens) as u64;
     // Recurrent layers keep a fixed f32 state per running request, whatever its length, and

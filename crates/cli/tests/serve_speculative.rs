@@ -64,38 +64,33 @@ fn start_tiny(dir: &str, extra: &[&str]) -> Server {
     Server::start_args(args, &[])
 }
 
-#[test]
-fn mtp_speculation_through_the_server() {
-    let golden = vllm_rs_testutil::golden("tiny/deepseek_v3_mtp.json");
-    let prompt = &golden["cases"][2]["prompt_token_ids"];
+/// Tiny model `dir` served with `spec` gives, for case `case` of golden `golden`, the greedy
+/// text it gives without it; drafts are accepted, and the log names the drafter (`drafter`).
+fn a_draft_head_keeps_the_greedy_text(dir: &str, golden: &str, case: usize, spec: &str, drafter: &str) {
+    let golden = vllm_rs_testutil::golden(golden);
+    let prompt = &golden["cases"][case]["prompt_token_ids"];
     let body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true});
     let text = |s: &Server| s.ok("/v1/completions", &body)["choices"][0]["text"].as_str().unwrap().to_string();
-    let want = text(&start_tiny("data/tiny/deepseek_v3_mtp", &[]));
-    // vLLM's older method name, as `-sc` takes it.
-    let s = start_tiny(
-        "data/tiny/deepseek_v3_mtp",
-        &["--speculative-config", "method=deepseek_mtp,num_speculative_tokens=3"],
-    );
-    assert_eq!(text(&s), want, "MTP drafts changed the greedy text");
+    let want = text(&start_tiny(dir, &[]));
+    let s = start_tiny(dir, &["--speculative-config", spec]);
+    assert_eq!(text(&s), want, "{drafter} drafts changed the greedy text");
     let accepted = s.metric("vllm:spec_decode_num_accepted_tokens_total");
     assert!(accepted > 0.0 && accepted <= s.metric("vllm:spec_decode_num_draft_tokens_total"), "{accepted}");
-    assert!(s.log().contains("MTP drafter"), "the drafter is named in the log");
+    assert!(s.log().contains(&format!("{drafter} drafter")), "the drafter is named in the log");
+}
+
+#[test]
+fn mtp_speculation_through_the_server() {
+    // vLLM's older method name, as `-sc` takes it.
+    let spec = "method=deepseek_mtp,num_speculative_tokens=3";
+    a_draft_head_keeps_the_greedy_text("data/tiny/deepseek_v3_mtp", "tiny/deepseek_v3_mtp.json", 2, spec, "MTP");
 }
 
 #[test]
 fn eagle3_speculation_through_the_server() {
-    let golden = vllm_rs_testutil::golden("tiny/llama_eagle3.json");
-    let prompt = &golden["cases"][1]["prompt_token_ids"];
-    let body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true});
-    let text = |s: &Server| s.ok("/v1/completions", &body)["choices"][0]["text"].as_str().unwrap().to_string();
-    let want = text(&start_tiny("data/tiny/llama", &[]));
     let head = vllm_rs_testutil::test_data("data/tiny/llama_eagle3").to_string_lossy().into_owned();
     let spec = json!({"method": "eagle3", "model": head, "num_speculative_tokens": 3}).to_string();
-    let s = start_tiny("data/tiny/llama", &["--speculative-config", &spec]);
-    assert_eq!(text(&s), want, "EAGLE-3 drafts changed the greedy text");
-    let accepted = s.metric("vllm:spec_decode_num_accepted_tokens_total");
-    assert!(accepted > 0.0 && accepted <= s.metric("vllm:spec_decode_num_draft_tokens_total"), "{accepted}");
-    assert!(s.log().contains("EAGLE-3 drafter"), "the drafter is named in the log");
+    a_draft_head_keeps_the_greedy_text("data/tiny/llama", "tiny/llama_eagle3.json", 1, &spec, "EAGLE-3");
 }
 
 #[test]

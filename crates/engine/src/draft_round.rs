@@ -21,7 +21,7 @@ pub struct Round {
     ids: Vec<u32>,
     positions: Vec<u32>,
     slots: Vec<usize>,
-    pub seqs: Vec<RoundSeq>,
+    seqs: Vec<RoundSeq>,
     /// The last row of each request whose next token is wanted, and its index in `seqs`.
     last_rows: Vec<usize>,
     drafting: Vec<usize>,

@@ -85,6 +85,16 @@ pub enum DraftWeights {
     Head(Box<dyn vllm_rs_models::draft_head::DraftHead>),
 }
 
+impl DraftWeights {
+    /// The drafter's shape: its vocabulary and the cache layers of its own K/V.
+    pub fn info(&self) -> &ModelInfo {
+        match self {
+            DraftWeights::Model(m) => m.info(),
+            DraftWeights::Head(h) => h.info(),
+        }
+    }
+}
+
 /// The KV cache group whose block tables a drafter shares: one that keeps every position (a
 /// window's blocks are freed as it moves, the drafter attends over everything). The drafter
 /// must speak the target's vocabulary.
@@ -224,25 +234,22 @@ impl EngineCore {
                 draft.ok_or_else(|| EngineError::InvalidRequest(format!("{}: no draft weights given", c.method)))?;
             let (k, blocks, bs, dtype) =
                 (c.num_speculative_tokens, config.num_blocks, config.block_size, config.kv_cache_dtype);
+            if let DraftWeights::Model(m) = &draft
+                && m.info().has_recurrent_layers()
+            {
+                // Its own rejected drafts would need its state rolled back too.
+                return Err(EngineError::InvalidRequest(format!(
+                    "draft_model: the draft ({}) has recurrent (linear-attention or state-space) layers; use a \
+                     draft with attention layers only",
+                    m.info().architecture
+                )));
+            }
+            let group = draft_group(runner.model.as_ref(), draft.info(), &layout)?;
             let proposer = match draft {
-                DraftWeights::Model(m) => {
-                    if m.info().has_recurrent_layers() {
-                        // Its own rejected drafts would need its state rolled back too.
-                        return Err(EngineError::InvalidRequest(format!(
-                            "draft_model: the draft ({}) has recurrent (linear-attention or state-space) layers; \
-                             use a draft with attention layers only",
-                            m.info().architecture
-                        )));
-                    }
-                    let group = draft_group(runner.model.as_ref(), m.info(), &layout)?;
-                    (Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype))), group)
-                }
-                DraftWeights::Head(h) => {
-                    let group = draft_group(runner.model.as_ref(), h.info(), &layout)?;
-                    (Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype))), group)
-                }
+                DraftWeights::Model(m) => Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype))),
+                DraftWeights::Head(h) => Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype))),
             };
-            runner.set_drafter(proposer.0, proposer.1);
+            runner.set_drafter(proposer, group);
         }
         let stats = EngineStats { spec_decode_enabled: config.speculative_config.is_some(), ..Default::default() };
         Ok(EngineCore { config, scheduler, runner, stats })

@@ -256,7 +256,7 @@ impl ModelRunner {
             }
             if let Some(src) = s.state_restore {
                 // A prefix-cache hit: the saved state at the hit's end becomes the request's.
-                let g = self.paged_groups.iter().position(|p| !p).expect("restores need a recurrent group");
+                let g = recurrent_group(&self.paged_groups);
                 self.kv.copy_state(src as usize, state.block_ids[g][0] as usize);
             }
             if state.params.prompt_logprobs.is_some() && !state.prompt_logprobs_sent {
@@ -373,7 +373,7 @@ impl ModelRunner {
                 // A rejected draft: the state after the last accepted token becomes the request's.
                 let accepted = r.tokens.len() - 1;
                 if accepted < out.scheduled[si].spec_token_ids.len() {
-                    let g = self.paged_groups.iter().position(|p| !p).expect("a recurrent group");
+                    let g = recurrent_group(&self.paged_groups);
                     self.kv.copy_state((base as usize) + accepted, state.block_ids[g][0] as usize);
                 }
             }
@@ -424,6 +424,12 @@ impl ModelRunner {
         }
         results
     }
+}
+
+/// The KV cache group of the recurrent layers (a request's table there is its state slot);
+/// asked only of models that have them.
+fn recurrent_group(paged_groups: &[bool]) -> usize {
+    paged_groups.iter().position(|p| !p).expect("a model with recurrent layers has a recurrent group")
 }
 
 /// State slots a model with recurrent layers needs under speculation for rolling back rejected

@@ -95,39 +95,31 @@ pub fn read_tensors(path: &Path) -> Result<FileTensors> {
             // Boolean masks (EAGLE-3's `t2d`) are nothing a model computes with.
             Dtype::BOOL => continue,
             // Index tables (EAGLE-3's `d2t`, draft-to-target token offsets), read as f32 values.
-            Dtype::I64 => {
-                out.push((
-                    name.clone(),
-                    i64_as_f32(&mmap[range], &info.shape)
-                        .map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?,
-                ));
-                continue;
-            }
+            Dtype::I64 => GgmlType::F32,
             other => return Err(Error::file(path, format!("tensor {name}: dtype {other:?} is not supported"))),
+        };
+        let storage = match info.dtype {
+            Dtype::I64 => Storage::from_f32(
+                &i64_as_f32(&mmap[range]).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?,
+            ),
+            _ => Storage::Mapped(mmap.clone(), range),
         };
         let cols = *info.shape.last().unwrap_or(&1);
         let rows = info.shape.iter().rev().skip(1).product::<usize>();
-        let w = Weight::new(ty, rows, cols, Storage::Mapped(mmap.clone(), range))
-            .map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
+        let w = Weight::new(ty, rows, cols, storage).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
         out.push((name, w));
     }
     Ok((out, bytes))
 }
 
-/// A little-endian i64 tensor as an f32 weight (`rows` the product of the outer dimensions),
-/// refused where a value is not exact in f32.
-fn i64_as_f32(bytes: &[u8], shape: &[usize]) -> std::result::Result<Weight, String> {
+/// Little-endian i64 values as f32, refused where a value is not exact in f32.
+fn i64_as_f32(bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
     let values: Vec<f32> =
         bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect();
-    if let Some(v) = values.iter().find(|v| v.abs() > (1 << 24) as f32) {
-        return Err(format!("integer {v} is too large to read exactly"));
+    match values.iter().find(|v| v.abs() > (1 << 24) as f32) {
+        Some(v) => Err(format!("integer {v} is too large to read exactly")),
+        None => Ok(values),
     }
-    let cols = *shape.last().unwrap_or(&1);
-    let rows = shape.iter().rev().skip(1).product::<usize>();
-    if rows * cols != values.len() {
-        return Err(format!("shape {shape:?} does not match its {} bytes", bytes.len()));
-    }
-    Ok(Weight::from_f32(rows, cols, &values))
 }
 
 /// Integer buffers that encoders save beside their weights (`embeddings.position_ids`, the

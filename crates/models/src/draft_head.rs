@@ -11,6 +11,12 @@ use crate::model::{ModelInfo, Workspace};
 use vllm_rs_kernels::Backend;
 use vllm_rs_kernels::attention::KvCache;
 
+/// Row `r` of the result is row `r` of every part, side by side (each part `rows × dim`).
+pub fn concat_rows(parts: &[&[f32]], dim: usize) -> Vec<f32> {
+    let rows = parts.first().map_or(0, |p| p.len() / dim);
+    (0..rows).flat_map(|r| parts.iter().flat_map(move |p| &p[r * dim..(r + 1) * dim])).copied().collect()
+}
+
 pub trait DraftHead: Send + Sync {
     /// The head's attention layer(s) (`kv_cache_specs`) and the vocabulary it proposes in
     /// (the target's).

@@ -13,7 +13,7 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::config::CommonConfig;
 use crate::decoder::full_attention;
-use crate::draft_head::DraftHead;
+use crate::draft_head::{DraftHead, concat_rows};
 use crate::error::{Error, Result};
 use crate::layers::{Attention, Embedding, Linear, RmsNorm, gather_rows};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
@@ -197,9 +197,8 @@ impl DraftHead for Eagle3 {
     fn target_hidden(&self, be: &dyn Backend, target: &Workspace, out: &mut Vec<f32>) {
         let dim = self.info.hidden_size;
         let rows = target.aux.first().map_or(0, |a| a.len() / dim);
-        let cat: Vec<f32> =
-            (0..rows).flat_map(|r| target.aux.iter().flat_map(move |a| &a[r * dim..(r + 1) * dim])).copied().collect();
-        self.fc.forward(be, &cat, rows, out);
+        let parts: Vec<&[f32]> = target.aux.iter().map(Vec::as_slice).collect();
+        self.fc.forward(be, &concat_rows(&parts, dim), rows, out);
     }
 
     /// Afterwards `ws.h` holds the pre-norm output (what a chained step takes) and `ws.x` the
@@ -217,12 +216,7 @@ impl DraftHead for Eagle3 {
         if self.norm_before_residual {
             ws.h.clone_from(&normed);
         }
-        let cat: Vec<f32> = embeds
-            .chunks_exact(dim)
-            .zip(normed.chunks_exact(dim))
-            .flat_map(|(e, h)| e.iter().chain(h))
-            .copied()
-            .collect();
+        let cat = concat_rows(&[&embeds, &normed], dim);
         ws.ropes.resize_with(1, RopeTable::default);
         ws.ropes[0].fill(&self.rope_inv_freq, batch.positions);
         self.attn.forward(be, &cat, batch, &ws.ropes[0], kv, 0, &mut ws.attention, &mut ws.y);

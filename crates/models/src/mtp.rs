@@ -12,7 +12,7 @@
 use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::decoder::DecoderModel;
-use crate::draft_head::DraftHead;
+use crate::draft_head::{DraftHead, concat_rows};
 use crate::error::{Error, Result};
 use crate::layers::{Linear, gather_rows};
 use crate::model::{ForwardInput, Model, ModelInfo, Workspace};
@@ -101,8 +101,7 @@ impl DraftHead for Mtp {
         h.clear();
         h.extend_from_slice(hidden);
         self.hnorm.forward(be, h);
-        let cat: Vec<f32> =
-            e.chunks_exact(dim).zip(h.chunks_exact(dim)).flat_map(|(a, b)| a.iter().chain(b)).copied().collect();
+        let cat = concat_rows(&[e, h], dim);
         let mut x = std::mem::take(&mut ws.selected);
         self.eh_proj.forward(be, &cat, batch.num_tokens(), &mut x);
         self.block.forward(ForwardInput::Embeddings(&x), batch, kv, ws);
