@@ -30,6 +30,12 @@ EAGLE-3 (ARCH llama_eagle3, vLLM's llama_eagle3.py): tests/data/tiny/llama_eagle
 offsets (and a `t2d` mask, unused); the embedding table is the target's. Chained steps feed the
 pre-norm output back. Golden: tests/goldens/tiny/llama_eagle3.json.
 
+EAGLE-1 (ARCH llama_eagle, vLLM's llama_eagle.py): tests/data/tiny/llama_eagle/, a head for the
+tiny llama as the EAGLE repo saves them (config `LlamaForCausalLM`, tensors `fc.*`, `layers.N.*`):
+`fc` (with a bias) over `[embedding(token p + 1), the target's final hidden state p]`, then two
+Llama layers, the first without its input norm; no final norm; the target's embedding and head.
+Chained steps feed the output back. Golden: tests/goldens/tiny/llama_eagle.json.
+
 Each head is then trained for a few seconds to predict token p + 2 on the goldens' sequences, so
 that its drafts get accepted (random weights propose tokens the target never samples, and the
 accept path would go untested). The reference recomputes everything with full forwards at every
@@ -73,6 +79,28 @@ QWEN_MTP = dict(block='mtp.layers.0', norm_center=0.0, mask_position_0=False, ch
 ARCHS['qwen3_5'] = dict(QWEN_MTP, seed=131, mrope=True)
 ARCHS['qwen3_5_moe'] = dict(QWEN_MTP, seed=133, mrope=True)
 ARCHS['qwen3_next'] = dict(QWEN_MTP, seed=134, mrope=False)
+
+
+def attention(head, p, x):
+    """Causal self-attention of the Llama layer `p` in `head.w` over the rows of `x`, with the
+    target's rotary embedding; the output after `o_proj`."""
+    w, n = head.w, len(x)
+    heads = lambda t, k: t.view(n, k, head.hd).transpose(0, 1)  # noqa: E731
+    q = heads(x @ w[f'{p}.self_attn.q_proj.weight'].T, head.heads)
+    k = heads(x @ w[f'{p}.self_attn.k_proj.weight'].T, head.kv_heads)
+    v = heads(x @ w[f'{p}.self_attn.v_proj.weight'].T, head.kv_heads)
+    cos, sin = head.rope(x[None], torch.arange(n)[None])
+    q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
+    rep = head.heads // head.kv_heads
+    k, v = k[0].repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+    scores = q[0] @ k.transpose(1, 2) / head.hd ** 0.5 + torch.full((n, n), float('-inf')).triu(1)
+    return (scores.softmax(-1) @ v).transpose(0, 1).reshape(n, -1) @ w[f'{p}.self_attn.o_proj.weight'].T
+
+
+def mlp(w, p, y):
+    """The SiLU-gated MLP of layer `p`."""
+    gate = torch.nn.functional.silu(y @ w[f'{p}.mlp.gate_proj.weight'].T)
+    return (gate * (y @ w[f'{p}.mlp.up_proj.weight'].T)) @ w[f'{p}.mlp.down_proj.weight'].T
 
 
 def rms_norm(x, w, eps, centre):
@@ -264,24 +292,13 @@ class Eagle3:
 
     def forward(self, ids, hidden):
         """The head over rows p = 0.. (token p + 1, hidden p): pre-norm outputs, draft logits."""
-        w, eps, n = self.w, self.eps, len(ids)
+        w, eps = self.w, self.eps
         e = rms_norm(self.target.model.embed_tokens.weight[torch.tensor(ids)], w['midlayer.input_layernorm.weight'],
                      eps, 1.0)
         x = torch.cat([e, rms_norm(hidden, w['midlayer.hidden_norm.weight'], eps, 1.0)], -1)
-        heads = lambda t, k: t.view(n, k, self.hd).transpose(0, 1)  # noqa: E731
-        q = heads(x @ w['midlayer.self_attn.q_proj.weight'].T, self.heads)
-        k = heads(x @ w['midlayer.self_attn.k_proj.weight'].T, self.kv_heads)
-        v = heads(x @ w['midlayer.self_attn.v_proj.weight'].T, self.kv_heads)
-        cos, sin = self.rope(x[None], torch.arange(n)[None])
-        q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
-        rep = self.heads // self.kv_heads
-        k, v = k[0].repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
-        scores = q[0] @ k.transpose(1, 2) / self.hd ** 0.5 + torch.full((n, n), float('-inf')).triu(1)
-        attn = (scores.softmax(-1) @ v).transpose(0, 1).reshape(n, -1) @ w['midlayer.self_attn.o_proj.weight'].T
-        residual = hidden + attn
+        residual = hidden + attention(self, 'midlayer', x)
         y = rms_norm(residual, w['midlayer.post_attention_layernorm.weight'], eps, 1.0)
-        mlp = (torch.nn.functional.silu(y @ w['midlayer.mlp.gate_proj.weight'].T) * (y @ w['midlayer.mlp.up_proj.weight'].T))
-        prenorm = residual + mlp @ w['midlayer.mlp.down_proj.weight'].T
+        prenorm = residual + mlp(w, 'midlayer', y)
         return prenorm, rms_norm(prenorm, w['norm.weight'], eps, 1.0) @ w['lm_head.weight'].T
 
     def save(self):
@@ -306,6 +323,86 @@ class Eagle3:
             json.dump(config, f, indent=2)
             f.write('\n')
         print(f'{out}: EAGLE-3 head {os.path.getsize(os.path.join(out, "model.safetensors")) / 1e6:.2f} MB')
+
+
+class Eagle:
+    """An EAGLE-1 head for the tiny llama (see the top)."""
+    method, arch, base_arch, out_name = 'eagle', 'llama_eagle', 'llama', 'llama_eagle'
+    SEED, LAYERS, INTER = 141, 2, 96
+
+    def __init__(self):
+        self.target = AutoModelForCausalLM.from_pretrained(os.path.join(TINY, 'llama'), dtype=torch.float32,
+                                                           attn_implementation='eager').eval()
+        c = self.target.config
+        self.h, self.eps = c.hidden_size, c.rms_norm_eps
+        self.heads, self.kv_heads, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.rope = self.target.model.rotary_emb
+        gen = torch.Generator().manual_seed(self.SEED)
+        noise = lambda *shape: torch.randn(shape, generator=gen, dtype=torch.float32)  # noqa: E731
+        h, q, kv = self.h, self.heads * self.hd, self.kv_heads * self.hd
+        self.w = {'fc.weight': STD / 2 ** 0.5 * noise(h, 2 * h), 'fc.bias': 0.2 * noise(h)}
+        for i in range(self.LAYERS):
+            p = f'layers.{i}'
+            if i > 0:  # the first layer has no input norm
+                self.w[f'{p}.input_layernorm.weight'] = 1.0 + 0.2 * noise(h)
+            self.w.update({
+                f'{p}.self_attn.q_proj.weight': STD * noise(q, h),
+                f'{p}.self_attn.k_proj.weight': STD * noise(kv, h),
+                f'{p}.self_attn.v_proj.weight': STD * noise(kv, h),
+                f'{p}.self_attn.o_proj.weight': STD * noise(h, q),
+                f'{p}.post_attention_layernorm.weight': 1.0 + 0.2 * noise(h),
+                f'{p}.mlp.gate_proj.weight': STD * noise(self.INTER, h),
+                f'{p}.mlp.up_proj.weight': STD * noise(self.INTER, h),
+                f'{p}.mlp.down_proj.weight': STD * noise(h, self.INTER),
+            })
+
+    def target_forward(self, tokens):
+        h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
+        return h, self.target.lm_head(h)
+
+    def first_hidden(self, tokens):
+        """The target's final (normed) hidden states."""
+        return self.target_forward(tokens)[0]
+
+    def to_target(self, draft_id):
+        return draft_id
+
+    def to_draft(self, token):
+        return token
+
+    def params(self):
+        return list(self.w.values())
+
+    def forward(self, ids, hidden):
+        """The head over rows p = 0.. (token p + 1, hidden p): its output (what a chained step
+        takes, un-normed) and the target's head over it."""
+        w = self.w
+        x = torch.cat([self.target.model.embed_tokens.weight[torch.tensor(ids)], hidden], -1) @ w['fc.weight'].T
+        x = x + w['fc.bias']
+        for i in range(self.LAYERS):
+            p = f'layers.{i}'
+            normed = rms_norm(x, w[f'{p}.input_layernorm.weight'], self.eps, 1.0) if i > 0 else x
+            x = x + attention(self, p, normed)
+            x = x + mlp(w, p, rms_norm(x, w[f'{p}.post_attention_layernorm.weight'], self.eps, 1.0))
+        return x, self.target.lm_head(x)
+
+    def save(self):
+        out = os.path.join(TINY, self.out_name)
+        os.makedirs(out, exist_ok=True)
+        c = self.target.config
+        save_file({k: v.detach().contiguous() for k, v in self.w.items()}, os.path.join(out, 'model.safetensors'),
+                  metadata={'format': 'pt'})
+        config = {
+            'architectures': ['LlamaForCausalLM'], 'model_type': 'llama', 'hidden_size': self.h,
+            'intermediate_size': self.INTER, 'num_hidden_layers': self.LAYERS, 'num_attention_heads': self.heads,
+            'num_key_value_heads': self.kv_heads, 'head_dim': self.hd, 'rms_norm_eps': self.eps,
+            'rope_theta': c.rope_parameters['rope_theta'], 'vocab_size': c.vocab_size,
+            'max_position_embeddings': c.max_position_embeddings, 'hidden_act': 'silu', 'tie_word_embeddings': False,
+        }
+        with open(os.path.join(out, 'config.json'), 'w') as f:
+            json.dump(config, f, indent=2)
+            f.write('\n')
+        print(f'{out}: EAGLE head {os.path.getsize(os.path.join(out, "model.safetensors")) / 1e6:.2f} MB')
 
 
 def train(head, sequences):
@@ -358,7 +455,7 @@ def margin(logits):
 
 
 def make(arch):
-    head = Eagle3() if arch == 'llama_eagle3' else Mtp(arch)
+    head = {'llama_eagle3': Eagle3, 'llama_eagle': Eagle}.get(arch, lambda: Mtp(arch))()
     with open(os.path.join(REPO, 'tests', 'goldens', 'tiny', f'{head.base_arch}.json')) as f:
         base_cases = json.load(f)['cases']
     train(head, [c['prompt_token_ids'] + c['token_ids'] for c in base_cases])
@@ -385,5 +482,5 @@ def make(arch):
 
 
 if __name__ == '__main__':
-    for arch in sys.argv[1:] or list(ARCHS) + ['llama_eagle3']:
+    for arch in sys.argv[1:] or list(ARCHS) + ['llama_eagle3', 'llama_eagle']:
         make(arch)

@@ -66,9 +66,10 @@ pub struct EngineArgs {
     /// model of the same family proposes greedily; it shares the target's KV block ids and
     /// takes its own share of the KV memory) and `mtp` (`{"method": "mtp",
     /// "num_speculative_tokens": 2}`: the multi-token-prediction layer a Qwen3.5, Qwen3-Next or
-    /// DeepSeek-V3 checkpoint ships; vLLM's `deepseek_mtp`, `qwen3_next_mtp` name it too) and
-    /// `eagle3` (`{"method": "eagle3", "model": "HEAD", "num_speculative_tokens": 3}`: an EAGLE-3
-    /// head folder made for the target). Greedy output is unchanged; sampled
+    /// DeepSeek-V3 checkpoint ships; vLLM's `deepseek_mtp`, `qwen3_next_mtp` name it too),
+    /// `eagle` (`{"method": "eagle", "model": "HEAD", "num_speculative_tokens": 3}`: an EAGLE-1
+    /// head folder made for the target, safetensors) and `eagle3` (the same with an EAGLE-3
+    /// head). Greedy output is unchanged; sampled
     /// output keeps its distribution.
     /// `disable_by_batch_size: N` proposes no drafts while more than N requests run (default 4,
     /// where drafts stop paying on a CPU; `null` drafts at any batch size, as vLLM does).

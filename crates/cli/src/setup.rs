@@ -312,8 +312,8 @@ fn max_model_len(args: &EngineArgs, model_len: usize) -> Result<usize> {
     }
 }
 
-/// The drafter of `--speculative-config`: the draft model (method `draft_model`) or EAGLE-3
-/// head (`eagle3`, for `target`), resolved like `--model`, or the MTP layer (method `mtp`) of
+/// The drafter of `--speculative-config`: the draft model (method `draft_model`) or EAGLE
+/// head (`eagle`, `eagle3`, for `target`), resolved like `--model`, or the MTP layer (method `mtp`) of
 /// its `model` or else of the target's checkpoint (`target_path`).
 fn load_draft(
     args: &EngineArgs,
@@ -332,6 +332,13 @@ fn load_draft(
         let mtp = vllm_rs_models::mtp::load(path).map_err(|e| anyhow::anyhow!("--speculative-config mtp: {e}"))?;
         info!("MTP drafter: {} layer(s) of {}", mtp.info().num_layers, path.display());
         return Ok(Some(DraftWeights::Head(Box::new(mtp))));
+    }
+    if c.is_eagle() {
+        let r = resolved.context("--speculative-config: eagle needs \"model\"")?;
+        let head = vllm_rs_models::eagle::load(&r.path, target)
+            .map_err(|e| anyhow::anyhow!("--speculative-config eagle: {e}"))?;
+        info!("EAGLE drafter: {}, {} layer(s)", r.description, head.info().num_layers);
+        return Ok(Some(DraftWeights::Head(Box::new(head))));
     }
     if c.is_eagle3() {
         let r = resolved.context("--speculative-config: eagle3 needs \"model\"")?;

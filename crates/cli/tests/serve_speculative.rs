@@ -46,12 +46,12 @@ fn draft_model_speculation_through_the_server() {
 #[test]
 fn a_bad_speculative_config_is_refused_at_start_up() {
     let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
-        .args(["serve", "--speculative-config", r#"{"method": "eagle", "num_speculative_tokens": 3}"#])
+        .args(["serve", "--speculative-config", r#"{"method": "medusa", "model": "m", "num_speculative_tokens": 3}"#])
         .output()
         .expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not implemented yet; available: ngram, draft_model, mtp, eagle3"), "{err}");
+    assert!(err.contains("not implemented yet; available: ngram, draft_model, mtp, eagle, eagle3"), "{err}");
 }
 
 /// A tiny model (with a draft head: `scripts/make_tiny_draft_heads.py`), which has no
@@ -91,6 +91,13 @@ fn eagle3_speculation_through_the_server() {
     let head = vllm_rs_testutil::test_data("data/tiny/llama_eagle3").to_string_lossy().into_owned();
     let spec = json!({"method": "eagle3", "model": head, "num_speculative_tokens": 3}).to_string();
     a_draft_head_keeps_the_greedy_text("data/tiny/llama", "tiny/llama_eagle3.json", 1, &spec, "EAGLE-3");
+}
+
+#[test]
+fn eagle_speculation_through_the_server() {
+    let head = vllm_rs_testutil::test_data("data/tiny/llama_eagle").to_string_lossy().into_owned();
+    let spec = json!({"method": "eagle", "model": head, "num_speculative_tokens": 3}).to_string();
+    a_draft_head_keeps_the_greedy_text("data/tiny/llama", "tiny/llama_eagle.json", 0, &spec, "EAGLE");
 }
 
 #[test]

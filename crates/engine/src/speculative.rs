@@ -12,12 +12,13 @@ use serde::Deserialize;
 pub struct SpeculativeConfig {
     /// `ngram` (prompt lookup, no extra weights), `draft_model` (a smaller model with the
     /// same vocabulary), `mtp` (the checkpoint's multi-token-prediction layer; vLLM's older
-    /// names `deepseek_mtp` etc. mean the same) or `eagle3` (an EAGLE-3 head in `model`);
+    /// names `deepseek_mtp` etc. mean the same), `eagle` (an EAGLE-1 head in `model`) or
+    /// `eagle3` (an EAGLE-3 head in `model`);
     /// absent with a `model`, `draft_model` (vLLM's inference).
     #[serde(default)]
     pub method: String,
     /// The draft model (`draft_model`): a local folder, GGUF file, catalog name or repo id;
-    /// the EAGLE-3 head's folder (`eagle3`); for `mtp`, the checkpoint holding the MTP layer
+    /// the EAGLE head's folder (`eagle`, `eagle3`); for `mtp`, the checkpoint holding the MTP layer
     /// (default: the target's).
     #[serde(default)]
     pub model: Option<String>,
@@ -90,18 +91,19 @@ impl SpeculativeConfig {
 
     fn validate(&self) -> Result<(), String> {
         match (self.method.as_str(), &self.model) {
-            ("ngram", None) | ("draft_model" | "eagle3", Some(_)) | ("mtp", _) => {}
+            ("ngram", None) | ("draft_model" | "eagle" | "eagle3", Some(_)) | ("mtp", _) => {}
+            ("eagle", None) => return Err("method \"eagle\" needs \"model\": the EAGLE-1 head".into()),
             ("eagle3", None) => return Err("method \"eagle3\" needs \"model\": the EAGLE-3 head".into()),
             ("ngram", Some(_)) => return Err("method \"ngram\" takes no model (drop \"model\")".into()),
             ("draft_model", None) => return Err("method \"draft_model\" needs \"model\": the draft model".into()),
             ("", None) => return Err("give \"method\" (ngram) or a draft \"model\"".into()),
-            ("eagle" | "medusa" | "mlp_speculator" | "suffix", _) => {
+            ("medusa" | "mlp_speculator" | "suffix", _) => {
                 return Err(format!(
-                    "method {:?} is not implemented yet; available: ngram, draft_model, mtp, eagle3",
+                    "method {:?} is not implemented yet; available: ngram, draft_model, mtp, eagle, eagle3",
                     self.method
                 ));
             }
-            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model, mtp, eagle3")),
+            (m, _) => return Err(format!("unknown method {m:?}; available: ngram, draft_model, mtp, eagle, eagle3")),
         }
         if !(1..=MAX_SPECULATIVE_TOKENS).contains(&self.num_speculative_tokens) {
             return Err(format!(
@@ -126,14 +128,18 @@ impl SpeculativeConfig {
         self.method == "mtp"
     }
 
+    pub fn is_eagle(&self) -> bool {
+        self.method == "eagle"
+    }
+
     pub fn is_eagle3(&self) -> bool {
         self.method == "eagle3"
     }
 
-    /// Whether drafts come from weights (a draft model, an MTP layer, an EAGLE-3 head), which
+    /// Whether drafts come from weights (a draft model, an MTP layer, an EAGLE head), which
     /// keep K/V of their own in lookahead slots past each request's scheduled tokens.
     pub fn has_weights(&self) -> bool {
-        self.is_draft_model() || self.is_mtp() || self.is_eagle3()
+        self.is_draft_model() || self.is_mtp() || self.is_eagle() || self.is_eagle3()
     }
 
     /// N-gram drafts for a request whose tokens so far are `tokens`, at most `limit` of them.
@@ -191,7 +197,8 @@ mod tests {
             (r#"{"method": "ngram", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "ngram", "num_speculative_tokens": 100}"#, "between 1 and"),
             (r#"{"method": "lookahead", "num_speculative_tokens": 2}"#, "unknown method"),
-            (r#"{"method": "eagle", "num_speculative_tokens": 2}"#, "not implemented"),
+            (r#"{"method": "eagle", "num_speculative_tokens": 2}"#, "needs \"model\": the EAGLE-1 head"),
+            (r#"{"method": "medusa", "model": "m", "num_speculative_tokens": 2}"#, "not implemented"),
             (r#"{"method": "eagle3", "num_speculative_tokens": 2}"#, "needs \"model\""),
             (r#"{"method": "mtp", "num_speculative_tokens": 0}"#, "between 1 and"),
             (r#"{"method": "draft_model", "num_speculative_tokens": 2}"#, "needs \"model\""),

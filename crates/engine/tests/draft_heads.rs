@@ -1,8 +1,8 @@
 //! Speculative decoding with draft heads (`scripts/make_tiny_draft_heads.py`): trained MTP layers
 //! of the tiny DeepSeek-V3, Qwen3.5, Qwen3.5-MoE and Qwen3-Next (hybrids: rejected drafts roll
 //! their recurrent state back), and an EAGLE-3 head for the tiny Llama (reading the inputs of
-//! three of its layers). The drafts proposed after every step equal the plain-torch reference's
-//! (so the head, the target hidden states it is fed, its cache catch-up after accepted and
+//! three of its layers) and an EAGLE-1 head for it (on its final hidden states). The drafts
+//! proposed after every step equal the plain-torch reference's (so the head, the target hidden states it is fed, its cache catch-up after accepted and
 //! rejected drafts and the chained steps are all right), greedy output is the target's alone
 //! and in a batch of 32 under chunked prefill and preemption, and checkpoints without MTP
 //! weights, or heads that do not fit the target, are refused with a message that says so.
@@ -22,9 +22,18 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-/// The golden of a head: `<arch>_mtp` for an MTP layer, `llama_eagle3` for the EAGLE-3 head.
+/// The EAGLE heads' method, by test model (they are heads for the tiny Llama).
+fn eagle_method(model: &str) -> Option<&'static str> {
+    match model {
+        "llama_eagle3" => Some("eagle3"),
+        "llama_eagle" => Some("eagle"),
+        _ => None,
+    }
+}
+
+/// The golden of a head: `<arch>_mtp` for an MTP layer, the model's name for an EAGLE head.
 fn golden_name(model: &str) -> String {
-    if model == "llama_eagle3" { model.to_string() } else { format!("{model}_mtp") }
+    if eagle_method(model).is_some() { model.to_string() } else { format!("{model}_mtp") }
 }
 
 fn cases(model: &str) -> (Vec<Case>, usize) {
@@ -45,20 +54,27 @@ fn cases(model: &str) -> (Vec<Case>, usize) {
 /// The target and, with `spec` (its `k`; the method is the head's), its draft head.
 fn engine(model: &str, spec: Option<&str>, budget: usize, blocks: usize) -> EngineCore {
     let dir = test_data(&format!("data/tiny/{}", golden_name(model)));
-    let eagle = model == "llama_eagle3";
-    let target = if eagle { test_data("data/tiny/llama") } else { dir.clone() };
+    let eagle = eagle_method(model);
+    let target = if eagle.is_some() { test_data("data/tiny/llama") } else { dir.clone() };
     let lm = vllm_rs_models::load(&target).expect("model loads");
     let mut cfg = EngineConfig::new(96, blocks);
     cfg.block_size = 4;
     cfg.max_num_batched_tokens = budget;
-    let spec = spec.map(|s| if eagle { s.replace(r#""mtp""#, r#""eagle3", "model": "head""#) } else { s.to_string() });
+    let spec = spec.map(|s| match eagle {
+        Some(m) => s.replace(r#""mtp""#, &format!(r#""{m}", "model": "head""#)),
+        None => s.to_string(),
+    });
     cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(&s).unwrap());
+    let target_model = lm.model.as_ref();
     let draft = cfg.speculative_config.as_ref().map(|_| -> DraftWeights {
         match eagle {
-            true => {
-                DraftWeights::Head(Box::new(vllm_rs_models::eagle3::load(&dir, lm.model.as_ref()).expect("head loads")))
+            Some("eagle3") => {
+                DraftWeights::Head(Box::new(vllm_rs_models::eagle3::load(&dir, target_model).expect("head loads")))
             }
-            false => DraftWeights::Head(Box::new(vllm_rs_models::mtp::load(&dir).expect("MTP layer loads"))),
+            Some(_) => {
+                DraftWeights::Head(Box::new(vllm_rs_models::eagle::load(&dir, target_model).expect("head loads")))
+            }
+            None => DraftWeights::Head(Box::new(vllm_rs_models::mtp::load(&dir).expect("MTP layer loads"))),
         }
     });
     EngineCore::with_draft(lm.model, draft, cfg).expect("engine")
@@ -172,7 +188,7 @@ macro_rules! with_head {
     )*};
 }
 
-with_head!(deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next, llama_eagle3);
+with_head!(deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next, llama_eagle3, llama_eagle);
 
 #[test]
 fn checkpoints_without_mtp_layers_are_refused() {
@@ -194,4 +210,25 @@ fn an_eagle3_head_for_another_model_is_refused() {
     assert!(e.to_string().contains("three distinct layers"), "{e}");
     let e = vllm_rs_models::eagle3::load(&test_data("data/tiny/llama"), target.model.as_ref()).err().expect("no head");
     assert!(e.to_string().contains("is not an EAGLE-3 head"), "{e}");
+}
+
+#[test]
+fn an_eagle_head_for_another_model_is_refused() {
+    // The head with a vocabulary of another size (every tiny model has 320 tokens).
+    let head = std::env::temp_dir().join(format!("vllm-rs-eagle-{}", std::process::id()));
+    std::fs::create_dir_all(&head).unwrap();
+    let src = test_data("data/tiny/llama_eagle");
+    std::fs::copy(src.join("model.safetensors"), head.join("model.safetensors")).unwrap();
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    std::fs::write(head.join("config.json"), config.replace(r#""vocab_size": 320"#, r#""vocab_size": 300"#)).unwrap();
+    let llama = vllm_rs_models::load(&test_data("data/tiny/llama")).unwrap();
+    let e = vllm_rs_models::eagle::load(&head, llama.model.as_ref()).err().expect("refused");
+    std::fs::remove_dir_all(&head).unwrap();
+    assert!(e.to_string().contains("does not fit the target"), "{e}");
+    let e =
+        vllm_rs_models::eagle::load(&test_data("data/tiny/llama_eagle3"), llama.model.as_ref()).err().expect("eagle3");
+    assert!(e.to_string().contains("use method eagle3"), "{e}");
+    // A whole Llama checkpoint is no head: it has no fc.
+    let e = vllm_rs_models::eagle::load(&test_data("data/tiny/llama"), llama.model.as_ref()).err().expect("no head");
+    assert!(e.to_string().contains("no fc.weight"), "{e}");
 }

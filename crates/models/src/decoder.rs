@@ -171,6 +171,10 @@ impl Model for DecoderModel {
         Some(&self.embed_tokens.weight)
     }
 
+    fn lm_head(&self) -> Option<&Weight> {
+        Some(&self.lm_head)
+    }
+
     fn forward<'w>(
         &self,
         input: ForwardInput,

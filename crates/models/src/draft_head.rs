@@ -1,6 +1,7 @@
 //! Draft heads: small networks that draft tokens for speculative decoding from the target
 //! model's own hidden states — a checkpoint's multi-token-prediction layer (`mtp.rs`) or an
-//! EAGLE-3 head (`eagle3.rs`). Each keeps a KV cache of its own attention layer.
+//! EAGLE-3 head (`eagle3.rs`) or an EAGLE-1 head (`eagle.rs`, in MTP form). Each keeps a KV cache of its
+//! own attention layer(s).
 //!
 //! A head's entry at position `p` is computed from the target's hidden state(s) at `p` and the
 //! token at `p + 1`; it proposes the token after that. A chained step feeds the head's own

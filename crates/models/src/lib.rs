@@ -11,6 +11,7 @@ mod deepseek_gguf;
 pub mod deepseek_v2;
 pub mod deepseek_v3;
 pub mod draft_head;
+pub mod eagle;
 pub mod eagle3;
 pub mod encoder;
 pub mod falcon_h1;

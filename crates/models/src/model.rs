@@ -131,6 +131,11 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// The output head (an EAGLE-1 head shares it).
+    fn lm_head(&self) -> Option<&Weight> {
+        None
+    }
+
     /// Logits of `hidden` (`rows × hidden_size`, final hidden states) into `logits`,
     /// `[rows × vocab_size]` (resized, reusing its allocation).
     fn compute_logits(&self, be: &dyn Backend, hidden: &[f32], logits: &mut Vec<f32>);

@@ -3,7 +3,7 @@
 //! which guesses the token after next from the model's final hidden state at a position and the
 //! embedding of the next token. It serves as a speculative-decoding draft head
 //! (`--speculative-config '{"method": "mtp", ...}'`), as in vLLM's `deepseek_mtp.py` and
-//! `qwen3_5_mtp.py`:
+//! `qwen3_5_mtp.py`; an EAGLE-1 head has the same form (`eagle.rs`):
 //!
 //! `x = eh_proj([enorm(embed(token p+1)), hnorm(hidden p)])`, one decoder layer over `x` with
 //! its own KV cache, then the head's norm and the head. Chained drafts feed the layer's own
