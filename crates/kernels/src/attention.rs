@@ -10,6 +10,7 @@
 
 use crate::matmul::{SyncPtr, load1};
 use crate::pool;
+use std::ops::Range;
 
 /// Element type of the KV cache (vLLM's `--kv-cache-dtype`). K/V are computed in f32 and
 /// rounded to nearest (even) when written; reads widen them back exactly.
@@ -221,6 +222,21 @@ pub(crate) fn paged_attention_on(
     p: &AttentionParams,
     out: &mut [f32],
 ) {
+    paged_attention_tiled(tier, KEY_TILE, q, cache, block_size, seqs, p, out)
+}
+
+/// [`paged_attention_on`] with `key_tile` keys a tile (tests vary it: it must not change bits).
+#[allow(clippy::too_many_arguments)]
+fn paged_attention_tiled(
+    tier: crate::isa::Tier,
+    key_tile: usize,
+    q: &[f32],
+    cache: &LayerKvCache,
+    block_size: usize,
+    seqs: &[SeqAttention],
+    p: &AttentionParams,
+    out: &mut [f32],
+) {
     // One task per (request, kv heads, chunk of queries): the heads of a group share K/V reads.
     // With requests enough to keep every thread busy a task takes all kv heads, so that it
     // reads whole cache rows (its blocks are contiguous runs, which the hardware prefetcher
@@ -239,9 +255,9 @@ pub(crate) fn paged_attention_on(
         }
         let ops = VecOps(tier);
         match cache.dtype {
-            KvDtype::F32 => run_tasks::<0>(ops, q, cache, block_size, seqs, p, &tasks, out),
-            KvDtype::F16 => run_tasks::<1>(ops, q, cache, block_size, seqs, p, &tasks, out),
-            KvDtype::Bf16 => run_tasks::<2>(ops, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::F32 => run_tasks::<0>(ops, key_tile, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::F16 => run_tasks::<1>(ops, key_tile, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::Bf16 => run_tasks::<2>(ops, key_tile, q, cache, block_size, seqs, p, &tasks, out),
         }
     });
 }
@@ -257,6 +273,7 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 fn run_tasks<const T: u8>(
     vec_ops: VecOps,
+    key_tile: usize,
     q: &[f32],
     cache: &LayerKvCache,
     block_size: usize,
@@ -279,37 +296,41 @@ fn run_tasks<const T: u8>(
     pool::global().run(tasks.len(), &|ti| {
         let (s, ref kv_heads, c0, c1) = tasks[ti];
         let seq = &seqs[s];
-        // With several queries (prefill) the rows are read from cache once per query and head,
-        // and a group's heads, up to `per_pass` at a time, share each K and V row's loads
-        // (SmolLM2 pp512 +20 %). With one (decode) they come from DRAM, and one head's simpler
-        // loop keeps more of those reads in flight (three heads a pass: batch-32 decode 7 %
-        // slower).
+        // With several queries (prefill) a group's heads, up to `per_pass` at a time, share
+        // each K and V row's loads (SmolLM2 pp512 +20 %), and so do the task's queries, a tile
+        // of keys at a time (see [`Pass`]). With one (decode) the rows come from DRAM, and one
+        // head's simpler loop keeps more of those reads in flight (three heads a pass:
+        // batch-32 decode 7 % slower).
         let per_pass = if c1 - c0 > 1 { vec_ops.heads_per_pass(hd) } else { 1 };
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
-            scratch.resize(per_pass * (seq.seq_len + hd), 0.0);
-            let (scores, acc) = scratch.split_at_mut(per_pass * seq.seq_len);
-            for (kvh, r) in kv_heads.clone().flat_map(|kvh| (c0..c1).map(move |r| (kvh, r))) {
-                let pos = seq.seq_len - seq.query_len + r;
-                let first = p.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                let t = seq.query_start + r;
+            let rows = c1 - c0;
+            scratch.resize(rows * per_pass * (seq.seq_len + hd), 0.0);
+            let (scores, acc) = scratch.split_at_mut(rows * per_pass * seq.seq_len);
+            for kvh in kv_heads.clone() {
                 let heads = kvh * group..(kvh + 1) * group;
                 for h0 in heads.clone().step_by(per_pass) {
-                    let pass = Pass {
-                        q: &q[t * q_row + h0 * hd..],
-                        head: h0,
-                        // SAFETY: the cache holds this kv head's columns of every row.
-                        k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
-                        v: unsafe { values.as_ptr().add(kvh * hd * esize) },
-                        row_bytes,
-                        rows: (seq.block_table, block_size, first, pos),
-                        // SAFETY: each (token, head) output row is written by exactly one task.
-                        out: unsafe { out_ptr.get().add(t * q_row + h0 * hd) },
+                    let pass = |r: usize| {
+                        let pos = seq.seq_len - seq.query_len + r;
+                        let t = seq.query_start + r;
+                        Pass {
+                            q: &q[t * q_row + h0 * hd..],
+                            head: h0,
+                            // SAFETY: the cache holds this kv head's columns of every row.
+                            k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
+                            v: unsafe { values.as_ptr().add(kvh * hd * esize) },
+                            row_bytes,
+                            table: (seq.block_table, block_size),
+                            keys: p.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1,
+                            // SAFETY: each (token, head) output row is written by exactly one task.
+                            out: unsafe { out_ptr.get().add(t * q_row + h0 * hd) },
+                        }
                     };
+                    let passes = Passes { ops: vec_ops, p, key_tile, rows: c0..c1, seq_len: seq.seq_len };
                     match (h0 + per_pass).min(heads.end) - h0 {
-                        3 => pass.run::<T, 3>(vec_ops, p, scores, acc),
-                        2 => pass.run::<T, 2>(vec_ops, p, scores, acc),
-                        _ => pass.run::<T, 1>(vec_ops, p, scores, acc),
+                        3 => passes.run::<T, 3>(pass, scores, acc),
+                        2 => passes.run::<T, 2>(pass, scores, acc),
+                        _ => passes.run::<T, 1>(pass, scores, acc),
                     }
                 }
             }
@@ -320,9 +341,14 @@ fn run_tasks<const T: u8>(
 /// The most query heads one pass takes (see [`VecOps::heads_per_pass`]).
 const MAX_HEADS: usize = 3;
 
+/// Keys a tile of a task's passes: their K (then V) columns stay in L1/L2 while each of the
+/// task's queries reads them, instead of streaming the whole context once per query (long
+/// prompts: `BENCHMARKS.md`).
+const KEY_TILE: usize = 256;
+
 /// Consecutive query heads of one token and one kv head: their queries (`head_dim` apart from
-/// `q`), where their kv head's K and V columns start in the cache, the rows they attend
-/// (`block table, block size, first position, last position`), and their output.
+/// `q`), where their kv head's K and V columns start in the cache, the block table and block
+/// size, the positions they attend, and their output.
 struct Pass<'a> {
     q: &'a [f32],
     /// The first of the pass's query heads.
@@ -330,43 +356,106 @@ struct Pass<'a> {
     k: *const u8,
     v: *const u8,
     row_bytes: usize,
-    rows: (&'a [u32], usize, usize, usize),
+    table: (&'a [u32], usize),
+    keys: std::ops::Range<usize>,
     out: *mut f32,
 }
 
-impl Pass<'_> {
-    /// Attention for `H` heads: scores over the rows in order, softmax, values in row order —
-    /// for each head exactly the arithmetic of a pass of its own. `scores` holds `H` rows of
-    /// at least `last + 1` floats (`scores.len() / H` apart), `acc` `H · head_dim`.
-    fn run<const T: u8, const H: usize>(&self, ops: VecOps, p: &AttentionParams, scores: &mut [f32], acc: &mut [f32]) {
-        let (table, bs, first, last) = self.rows;
-        let (hd, len) = (p.head_dim, scores.len() / H);
-        let q: [&[f32]; H] = std::array::from_fn(|h| &self.q[h * hd..(h + 1) * hd]);
-        let sc: [*mut f32; H] = std::array::from_fn(|h| scores[h * len + first..].as_mut_ptr());
-        for (i, slot, n) in Runs::new(table, bs, first, last + 1) {
-            // SAFETY: the run's slots lie in the cache (block tables hold valid blocks); each
-            // head's scores have room for positions first..=last.
-            let k = unsafe { self.k.add(slot * self.row_bytes) };
-            ops.dots_heads::<T, H>(q, k, self.row_bytes, p.scale, sc.map(|s| unsafe { s.add(i) }), n);
-        }
-        for h in 0..H {
-            let sc = &mut scores[h * len + first..=h * len + last];
-            if let Some(cap) = p.softcap {
-                sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+/// The passes of one task's queries (`rows` of its request) for the same heads.
+struct Passes<'a> {
+    ops: VecOps,
+    p: &'a AttentionParams,
+    key_tile: usize,
+    rows: std::ops::Range<usize>,
+    seq_len: usize,
+}
+
+impl Passes<'_> {
+    /// Attention for `H` heads of each row: scores over the keys in order, softmax, values in
+    /// key order — for each row and head exactly the arithmetic of a pass of its own; only the
+    /// loop over rows runs inside the loop over tiles of keys. `scores` holds `H` score rows of
+    /// `seq_len` floats per query row, `acc` `H · head_dim` floats per query row.
+    fn run<'p, const T: u8, const H: usize>(
+        &self,
+        pass: impl Fn(usize) -> Pass<'p>,
+        scores: &mut [f32],
+        acc: &mut [f32],
+    ) {
+        let (hd, len) = (self.p.head_dim, self.seq_len);
+        let n = self.rows.len();
+        let (first, end) = (pass(self.rows.start).keys.start, pass(self.rows.end - 1).keys.end);
+        let tiles = (first / self.key_tile * self.key_tile..end).step_by(self.key_tile);
+        let sp = scores.as_mut_ptr();
+        // SAFETY (here and below): row i's score rows and accumulators lie in the scratch.
+        let sc = |i: usize, h: usize| unsafe { sp.add((i * H + h) * len) };
+        for t0 in tiles.clone() {
+            for (i, r) in self.rows.clone().enumerate() {
+                pass(r).scores::<T, H>(self.ops, self.p, t0..t0 + self.key_tile, std::array::from_fn(|h| sc(i, h)));
             }
-            let sink = p.sinks.as_ref().map(|s| s[self.head + h]);
-            crate::ops::softmax_sink_on(ops.0, sc, sink);
         }
-        acc[..H * hd].fill(0.0);
-        let a: [*mut f32; H] = std::array::from_fn(|h| acc[h * hd..].as_mut_ptr());
-        let w: [*const f32; H] = std::array::from_fn(|h| scores[h * len + first..].as_ptr());
-        for (i, slot, n) in Runs::new(table, bs, first, last + 1) {
-            // SAFETY: as above; each head's weights hold the run's n from index i.
+        for (i, r) in self.rows.clone().enumerate() {
+            let keys = pass(r).keys;
+            for h in 0..H {
+                let sc = &mut scores[(i * H + h) * len..][keys.clone()];
+                if let Some(cap) = self.p.softcap {
+                    sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+                }
+                let sink = self.p.sinks.as_ref().map(|s| s[pass(r).head + h]);
+                crate::ops::softmax_sink_on(self.ops.0, sc, sink);
+            }
+        }
+        acc[..n * H * hd].fill(0.0);
+        let (sp, ap) = (scores.as_ptr(), acc.as_mut_ptr());
+        for t0 in tiles {
+            for (i, r) in self.rows.clone().enumerate() {
+                let w = std::array::from_fn(|h| unsafe { sp.add((i * H + h) * len) });
+                let a = std::array::from_fn(|h| unsafe { ap.add((i * H + h) * hd) });
+                pass(r).values::<T, H>(self.ops, hd, t0..t0 + self.key_tile, w, a);
+            }
+        }
+        for (i, r) in self.rows.clone().enumerate() {
+            // SAFETY: the heads' output rows (the caller's task alone writes them).
+            unsafe { std::ptr::copy_nonoverlapping(acc[i * H * hd..].as_ptr(), pass(r).out, H * hd) };
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// The scores of `H` heads for the keys in `tile` that this pass attends, into `sc[h][key]`.
+    fn scores<const T: u8, const H: usize>(
+        &self,
+        ops: VecOps,
+        p: &AttentionParams,
+        tile: Range<usize>,
+        sc: [*mut f32; H],
+    ) {
+        let (table, bs) = self.table;
+        let (hd, keys) = (p.head_dim, self.keys.start.max(tile.start)..self.keys.end.min(tile.end));
+        let q: [&[f32]; H] = std::array::from_fn(|h| &self.q[h * hd..(h + 1) * hd]);
+        for (i, slot, n) in Runs::new(table, bs, keys.start, keys.end) {
+            // SAFETY: the run's slots lie in the cache (block tables hold valid blocks); each
+            // head's scores have room for every position the pass attends.
+            let k = unsafe { self.k.add(slot * self.row_bytes) };
+            ops.dots_heads::<T, H>(q, k, self.row_bytes, p.scale, sc.map(|s| unsafe { s.add(keys.start + i) }), n);
+        }
+    }
+
+    /// `acc[h] += Σ w[h][key] · V[key]` over the keys in `tile` that this pass attends, in order.
+    fn values<const T: u8, const H: usize>(
+        &self,
+        ops: VecOps,
+        hd: usize,
+        tile: Range<usize>,
+        w: [*const f32; H],
+        acc: [*mut f32; H],
+    ) {
+        let (table, bs) = self.table;
+        let keys = self.keys.start.max(tile.start)..self.keys.end.min(tile.end);
+        for (i, slot, n) in Runs::new(table, bs, keys.start, keys.end) {
+            // SAFETY: as above; each head's weights hold the run's n from its first key.
             let v = unsafe { self.v.add(slot * self.row_bytes) };
-            ops.axpys_heads::<T, H>(a, w.map(|w| unsafe { w.add(i) }), v, self.row_bytes, hd, n);
+            ops.axpys_heads::<T, H>(acc, w.map(|w| unsafe { w.add(keys.start + i) }), v, self.row_bytes, hd, n);
         }
-        // SAFETY: the heads' output rows (the caller's task alone writes them).
-        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), self.out, H * hd) };
     }
 }
 
@@ -840,7 +929,7 @@ mod tests {
         dtype: KvDtype,
         (q, k, v): (&[f32], &[f32], &[f32]),
         n: usize,
-        chunk: usize,
+        (chunk, key_tile): (usize, usize),
         (heads, kvh, hd, bs): (usize, usize, usize, usize),
         params: &AttentionParams,
     ) -> Vec<f32> {
@@ -858,7 +947,8 @@ mod tests {
             cache.write(0, &slots, &k[done * r..(done + len) * r], &v[done * r..(done + len) * r]);
             let seq = SeqAttention { query_start: 0, query_len: len, seq_len: done + len, block_table: &table };
             let o = &mut out[done * qr..(done + len) * qr];
-            paged_attention_on(tier, &q[done * qr..(done + len) * qr], cache.layer(0), bs, &[seq], params, o);
+            let q = &q[done * qr..(done + len) * qr];
+            paged_attention_tiled(tier, key_tile, q, cache.layer(0), bs, &[seq], params, o);
             done += len;
         }
         out
@@ -900,7 +990,7 @@ mod tests {
     /// Every KV dtype and tier, and head sizes with and without register-resident kernels, with
     /// and without a sliding window and attention sinks: equal to dense f64 attention over the
     /// stored (rounded) K/V, the same bits whatever the chunking (whole prefill, chunks, one
-    /// token at a time as decode), and the same bits on every tier.
+    /// token at a time as decode) and the key tiles, and the same bits on every tier.
     #[test]
     fn paged_chunked_equals_dense_and_is_chunk_and_tier_invariant() {
         // Blocks of 4 keep the dot runs short; blocks of 16 give runs of eight and more.
@@ -940,13 +1030,17 @@ mod tests {
                 };
                 let mut outs = Vec::new();
                 for tier in crate::isa::Tier::available() {
-                    for chunk in [n, 7, 1] {
-                        let out = run_chunked(tier, dtype, (&q, &k, &v), n, chunk, (heads, kvh, hd, bs), &params);
+                    // Whole, in chunks and token by token; keys in tiles of KEY_TILE (all at
+                    // once here), of 8, or of 5 or 3 (runs cut at tiles that are not whole blocks).
+                    let splits = [(n, KEY_TILE), (n, 8), (n, 5), (7, 3), (7, KEY_TILE), (1, KEY_TILE)];
+                    for (chunk, tile) in splits {
+                        let out =
+                            run_chunked(tier, dtype, (&q, &k, &v), n, (chunk, tile), (heads, kvh, hd, bs), &params);
                         for (a, b) in out.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < 1e-5,
-                                "hd {hd} heads {heads}/{kvh} {dtype:?} {tier:?} chunk {chunk} {window:?} sinks {}: {a} \
-                                 vs {b}",
+                                "hd {hd} heads {heads}/{kvh} {dtype:?} {tier:?} chunk {chunk} tile {tile} {window:?} \
+                                 sinks {}: {a} vs {b}",
                                 params.sinks.is_some()
                             );
                         }
