@@ -108,7 +108,27 @@ def rms_norm(x, w, eps, centre):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * ((1.0 - centre) + w)
 
 
-class Mtp:
+class Head:
+    """What the heads share: the target's forward; drafts in the target's vocabulary, from its
+    final hidden states (EAGLE-3 overrides both)."""
+
+    def target_forward(self, tokens):
+        """Final (normed) hidden states and logits of every position."""
+        h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
+        return h, self.target.lm_head(h)
+
+    def first_hidden(self, tokens):
+        """What a first step takes from each position of `tokens`: the final hidden states."""
+        return self.target_forward(tokens)[0]
+
+    def to_target(self, draft_id):
+        return draft_id
+
+    def to_draft(self, token):
+        return token
+
+
+class Mtp(Head):
     method = 'mtp'
 
     def __init__(self, arch):
@@ -158,20 +178,6 @@ class Mtp:
     def layer(self):
         return self.full.model.layers[self.n]
 
-    def target_forward(self, tokens):
-        """Final (normed) hidden states and logits of every position."""
-        h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
-        return h, self.target.lm_head(h)
-
-    def first_hidden(self, tokens):
-        """What a first step takes from each position of `tokens`: the final hidden states."""
-        return self.target_forward(tokens)[0]
-
-    def to_target(self, draft_id):
-        return draft_id
-
-    def to_draft(self, token):
-        return token
 
     def params(self):
         """What training fits."""
@@ -234,7 +240,7 @@ class Mtp:
             f.write('\n')
         print(f'{out}: MTP layer {os.path.getsize(os.path.join(out, "mtp.safetensors")) / 1e6:.2f} MB')
 
-class Eagle3:
+class Eagle3(Head):
     """An EAGLE-3 head for the tiny llama (see the top)."""
     method, arch, base_arch, out_name = 'eagle3', 'llama_eagle3', 'llama', 'llama_eagle3'
     SEED, DRAFT_VOCAB, INTER = 140, 256, 96
@@ -271,10 +277,6 @@ class Eagle3:
             'lm_head.weight': STD * noise(self.DRAFT_VOCAB, h),
         }
         self.rope = self.target.model.rotary_emb
-
-    def target_forward(self, tokens):
-        h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
-        return h, self.target.lm_head(h)
 
     def first_hidden(self, tokens):
         """`fc` over the inputs of the aux layers (transformers' hidden_states[i], i < L)."""
@@ -325,7 +327,7 @@ class Eagle3:
         print(f'{out}: EAGLE-3 head {os.path.getsize(os.path.join(out, "model.safetensors")) / 1e6:.2f} MB')
 
 
-class Eagle:
+class Eagle(Head):
     """An EAGLE-1 head for the tiny llama (see the top)."""
     method, arch, base_arch, out_name = 'eagle', 'llama_eagle', 'llama', 'llama_eagle'
     SEED, LAYERS, INTER = 141, 2, 96
@@ -355,20 +357,6 @@ class Eagle:
                 f'{p}.mlp.up_proj.weight': STD * noise(self.INTER, h),
                 f'{p}.mlp.down_proj.weight': STD * noise(h, self.INTER),
             })
-
-    def target_forward(self, tokens):
-        h = self.target.model(torch.tensor([tokens])).last_hidden_state[0]
-        return h, self.target.lm_head(h)
-
-    def first_hidden(self, tokens):
-        """The target's final (normed) hidden states."""
-        return self.target_forward(tokens)[0]
-
-    def to_target(self, draft_id):
-        return draft_id
-
-    def to_draft(self, token):
-        return token
 
     def params(self):
         return list(self.w.values())
