@@ -127,6 +127,17 @@ class Head:
     def to_draft(self, token):
         return token
 
+    def load_llama(self):
+        """The tiny llama as the target (the EAGLE heads' attention: its shapes and rotary);
+        returns its config."""
+        self.target = AutoModelForCausalLM.from_pretrained(os.path.join(TINY, 'llama'), dtype=torch.float32,
+                                                           attn_implementation='eager').eval()
+        c = self.target.config
+        self.h, self.eps, self.layers = c.hidden_size, c.rms_norm_eps, c.num_hidden_layers
+        self.heads, self.kv_heads, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.rope = self.target.model.rotary_emb
+        return c
+
 
 class Mtp(Head):
     method = 'mtp'
@@ -246,11 +257,7 @@ class Eagle3(Head):
     SEED, DRAFT_VOCAB, INTER = 140, 256, 96
 
     def __init__(self):
-        self.target = AutoModelForCausalLM.from_pretrained(os.path.join(TINY, 'llama'), dtype=torch.float32,
-                                                           attn_implementation='eager').eval()
-        c = self.target.config
-        self.h, self.eps, self.layers = c.hidden_size, c.rms_norm_eps, c.num_hidden_layers
-        self.heads, self.kv_heads, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        c = self.load_llama()
         self.aux = sorted({2, self.layers // 2, self.layers - 3})
         with open(os.path.join(REPO, 'tests', 'goldens', 'tiny', 'llama.json')) as f:
             used = sorted({t for case in json.load(f)['cases'] for t in case['prompt_token_ids'] + case['token_ids']})
@@ -276,7 +283,6 @@ class Eagle3(Head):
             'norm.weight': 1.0 + 0.2 * noise(h),
             'lm_head.weight': STD * noise(self.DRAFT_VOCAB, h),
         }
-        self.rope = self.target.model.rotary_emb
 
     def first_hidden(self, tokens):
         """`fc` over the inputs of the aux layers (transformers' hidden_states[i], i < L)."""
@@ -333,12 +339,7 @@ class Eagle(Head):
     SEED, LAYERS, INTER = 141, 2, 96
 
     def __init__(self):
-        self.target = AutoModelForCausalLM.from_pretrained(os.path.join(TINY, 'llama'), dtype=torch.float32,
-                                                           attn_implementation='eager').eval()
-        c = self.target.config
-        self.h, self.eps = c.hidden_size, c.rms_norm_eps
-        self.heads, self.kv_heads, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        self.rope = self.target.model.rotary_emb
+        self.load_llama()
         gen = torch.Generator().manual_seed(self.SEED)
         noise = lambda *shape: torch.randn(shape, generator=gen, dtype=torch.float32)  # noqa: E731
         h, q, kv = self.h, self.heads * self.hd, self.kv_heads * self.hd
