@@ -191,6 +191,15 @@ macro_rules! with_head {
 with_head!(deepseek_v3, qwen3_5, qwen3_5_moe, qwen3_next, llama_eagle3, llama_eagle);
 
 #[test]
+fn a_model_beside_its_mtp_layer_reads_all_its_own_tensors() {
+    // The MTP tensors are left to the drafter on purpose: no "unused tensors" warning.
+    for arch in ["deepseek_v3", "qwen3_5", "qwen3_5_moe", "qwen3_next"] {
+        let lm = vllm_rs_models::load(&test_data(&format!("data/tiny/{arch}_mtp"))).unwrap();
+        assert!(lm.unread.is_empty(), "{arch}: {:?}", lm.unread);
+    }
+}
+
+#[test]
 fn checkpoints_without_mtp_layers_are_refused() {
     let e = vllm_rs_models::mtp::load(&test_data("data/tiny/deepseek_v3")).err().expect("no MTP weights");
     assert!(e.to_string().contains("no MTP weights"), "{e}");

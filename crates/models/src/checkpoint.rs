@@ -7,9 +7,9 @@
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use vllm_rs_formats::safetensors::{self, ByteTensor};
 use vllm_rs_kernels::{GgmlType, Storage, Weight};
 
@@ -25,14 +25,20 @@ pub struct Checkpoint {
     pub format: Format,
     /// The file or directory the tensors came from, for error messages.
     pub origin: PathBuf,
-    tensors: HashMap<String, (Weight, PathBuf)>,
+    tensors: HashMap<String, (Weight, PathBuf, Stored)>,
     /// `(to, from)` of a [`Checkpoint::rename_prefix`] that moved tensors, so a missing tensor
     /// is named as the file would hold it.
     renamed: Option<(String, String)>,
     /// MXFP4 matrices as the checkpoint stores them, by the name before `_blocks` / `_scales`:
     /// read by [`Checkpoint::mxfp4_rows`].
     mxfp4: HashMap<String, Mxfp4Parts>,
+    /// The names a loader has read ([`Checkpoint::unread`] lists the others).
+    read: Arc<Mutex<HashSet<String>>>,
 }
+
+/// The name a tensor has in its file: tensors split, renamed or transposed for a loader keep
+/// their source's, so [`Checkpoint::unread`] speaks of the file's tensors.
+type Stored = Arc<str>;
 
 /// The two byte tensors of one MXFP4 matrix, seen as `rows` rows of `groups` blocks of 32.
 #[derive(Clone)]
@@ -53,14 +59,21 @@ impl Checkpoint {
         for file in safetensors::shard_files(dir)? {
             let (weights, byte_tensors) = safetensors::read_tensors(&file)?;
             for (name, w) in weights {
-                tensors.insert(name, (w, file.clone()));
+                tensors.insert(name.clone(), (w, file.clone(), name.into()));
             }
             for (name, t) in byte_tensors {
                 bytes.insert(name, (t, file.clone()));
             }
         }
         let mxfp4 = mxfp4_pairs(bytes)?;
-        Ok(Checkpoint { format: Format::Safetensors, origin: dir.to_path_buf(), tensors, renamed: None, mxfp4 })
+        Ok(Checkpoint {
+            format: Format::Safetensors,
+            origin: dir.to_path_buf(),
+            tensors,
+            renamed: None,
+            mxfp4,
+            read: Arc::default(),
+        })
     }
 
     /// Takes the tensors of an opened GGUF file, renamed to HF names.
@@ -74,9 +87,16 @@ impl Checkpoint {
                 .hf_tensor_name(name)
                 .ok_or_else(|| Error::file(&g.path, format!("tensor {name} has no known Hugging Face equivalent")))?;
             let w = g.weight(name).expect("listed tensor");
-            tensors.insert(hf, (w, g.path.clone()));
+            tensors.insert(hf, (w, g.path.clone(), name.as_str().into()));
         }
-        Ok(Checkpoint { format: Format::Gguf, origin: g.path.clone(), tensors, renamed: None, mxfp4: HashMap::new() })
+        Ok(Checkpoint {
+            format: Format::Gguf,
+            origin: g.path.clone(),
+            tensors,
+            renamed: None,
+            mxfp4: HashMap::new(),
+            read: Arc::default(),
+        })
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -96,6 +116,7 @@ impl Checkpoint {
             .mxfp4
             .get(name)
             .ok_or_else(|| Error::file(&self.origin, format!("tensor {name}_blocks is missing")))?;
+        self.mark_read(name);
         if [p.rows, 32 * p.groups] != shape {
             let have = [p.rows, 32 * p.groups];
             return Err(Error::file(
@@ -124,7 +145,7 @@ impl Checkpoint {
 
     /// A `rows × cols` matrix; errors name the tensor and the file when missing or misshapen.
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
-        let (w, file) = self.get(name)?;
+        let (w, file, _) = self.get(name)?;
         if (w.rows, w.cols) != (rows, cols) {
             return Err(Error::file(
                 file,
@@ -136,7 +157,7 @@ impl Checkpoint {
 
     /// A 1-D tensor of `len` elements as f32 (norm weights, biases).
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
-        let (w, file) = self.get(name)?;
+        let (w, file, _) = self.get(name)?;
         if w.rows * w.cols != len {
             return Err(Error::file(file, format!("tensor {name} has {} elements, expected {len}", w.rows * w.cols)));
         }
@@ -153,7 +174,7 @@ impl Checkpoint {
     /// `qkv_proj`, split so the model code loads `q_proj`, `k_proj`, `v_proj`). 1-D tensors
     /// (biases) split by elements.
     pub fn split_rows(&mut self, name: &str, parts: &[(String, usize)]) -> Result<()> {
-        let (w, file) = self.get(name)?.clone();
+        let (w, file, stored) = self.lookup(name)?.clone();
         let (rows, cols) = if w.rows == 1 { (w.cols, 1) } else { (w.rows, w.cols) };
         let total: usize = parts.iter().map(|(_, r)| r).sum();
         if total != rows {
@@ -165,7 +186,7 @@ impl Checkpoint {
             let (r, c) = if w.rows == 1 { (1, *n) } else { (*n, cols) };
             let piece = slice(&w, start * row_bytes..(start + n) * row_bytes, r, c)
                 .map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
-            self.tensors.insert(part.clone(), (piece, file.clone()));
+            self.tensors.insert(part.clone(), (piece, file.clone(), stored.clone()));
             start += n;
         }
         self.tensors.remove(name);
@@ -175,7 +196,7 @@ impl Checkpoint {
     /// Replaces the 2-D tensor `name` by new tensors, each the concatenation of some of its row
     /// ranges (a fused projection whose rows interleave several, e.g. per head group), copied.
     pub fn regroup_rows(&mut self, name: &str, parts: &[(String, Vec<std::ops::Range<usize>>)]) -> Result<()> {
-        let (w, file) = self.get(name)?.clone();
+        let (w, file, stored) = self.lookup(name)?.clone();
         let rb = w.row_bytes();
         for (part, ranges) in parts {
             if let Some(r) = ranges.iter().find(|r| r.end > w.rows) {
@@ -185,7 +206,7 @@ impl Checkpoint {
             let rows = bytes.len() / rb;
             let piece = Weight::new(w.ty, rows, w.cols, Storage::Owned(Arc::new(bytes)))
                 .map_err(|e| Error::file(&file, format!("tensor {name}: {e}")))?;
-            self.tensors.insert(part.clone(), (piece, file.clone()));
+            self.tensors.insert(part.clone(), (piece, file.clone(), stored.clone()));
         }
         self.tensors.remove(name);
         Ok(())
@@ -194,7 +215,7 @@ impl Checkpoint {
     /// The `experts` matrices (`rows × cols` each) stacked in the 3-D tensor `name` (GGUF's
     /// `*_exps`, `[experts, rows, cols]`), as views of its bytes, not copies.
     pub fn experts(&self, name: &str, experts: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {
-        let (w, file) = self.get(name)?;
+        let (w, file, _) = self.get(name)?;
         if w.cols != cols || w.rows != experts * rows {
             return Err(Error::file(
                 file,
@@ -215,17 +236,17 @@ impl Checkpoint {
     /// Stores the tensor `name` transposed, as f32: GPT-2's `Conv1D` keeps its weights
     /// `[in, out]` where every other layer keeps `[out, in]`.
     pub fn transpose(&mut self, name: &str) -> Result<()> {
-        let (w, file) = self.get(name)?.clone();
+        let (w, file, stored) = self.lookup(name)?.clone();
         let v = w.to_f32();
         let t: Vec<f32> =
             (0..w.cols).flat_map(|c| (0..w.rows).map(move |r| (r, c))).map(|(r, c)| v[r * w.cols + c]).collect();
-        self.tensors.insert(name.to_string(), (Weight::from_f32(w.cols, w.rows, &t), file));
+        self.tensors.insert(name.to_string(), (Weight::from_f32(w.cols, w.rows, &t), file, stored));
         Ok(())
     }
 
     /// Gives the tensor `from` the name `to` (a checkpoint naming a module otherwise).
     pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
-        let entry = self.get(from)?.clone();
+        let entry = self.lookup(from)?.clone();
         self.tensors.remove(from);
         self.tensors.insert(to.to_string(), entry);
         Ok(())
@@ -244,7 +265,40 @@ impl Checkpoint {
         }
     }
 
-    fn get(&self, name: &str) -> Result<&(Weight, PathBuf)> {
+    /// Tensor `name`, which counts as read by the model being loaded.
+    fn get(&self, name: &str) -> Result<&(Weight, PathBuf, Stored)> {
+        let found = self.lookup(name)?;
+        self.mark_read(&found.2);
+        Ok(found)
+    }
+
+    fn mark_read(&self, name: &str) {
+        self.read.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
+    }
+
+    /// The tensors no loader has read, sorted (MXFP4 matrices by the name before `_blocks`): a
+    /// checkpoint holding weights the model never uses — a misread name, or parts of another
+    /// model (an MTP layer beside the model) — says so at load.
+    pub fn unread(&self) -> Vec<String> {
+        let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let stored = self.tensors.values().map(|(_, _, s)| &**s).chain(self.mxfp4.keys().map(String::as_str));
+        let mut names: Vec<String> = stored.filter(|n| !read.contains(*n)).map(str::to_string).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Leaves the tensors whose names `skipped` picks out of [`Checkpoint::unread`]: parts of
+    /// the checkpoint a model leaves out on purpose (its MTP layer, a draft head's own weights).
+    pub fn skip(&self, skipped: impl Fn(&str) -> bool) {
+        for (name, (_, _, stored)) in &self.tensors {
+            if skipped(name) {
+                self.mark_read(stored);
+            }
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Result<&(Weight, PathBuf, Stored)> {
         self.tensors.get(name).ok_or_else(|| {
             let stored = match &self.renamed {
                 Some((to, from)) if name.starts_with(to.as_str()) => format!("{from}{}", &name[to.len()..]),

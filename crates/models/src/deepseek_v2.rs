@@ -65,6 +65,10 @@ pub fn load_deepseek(ck: &Checkpoint, config: &Value, version: Version) -> Resul
     let (c, shape, inv_freq) = attention_config(config, version)?;
     let layer = layer_loader(ck, config, &c, shape, version)?;
     let layers = (0..c.num_hidden_layers).map(layer).collect::<Result<Vec<_>>>()?;
+    // Layers past the model's are DeepSeek-V3's MTP layers, which draft (`mtp.rs`).
+    let n = c.num_hidden_layers;
+    let layer_of = |name: &str| name.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok();
+    ck.skip(|name| layer_of(name).is_some_and(|i| i >= n));
     let embed = ck.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
     let mut m = pre_norm_model(ck, config, &c, embed, layers, shape.qk_rope_head_dim)?;
     m.rope_inv_freqs = vec![inv_freq];

@@ -74,6 +74,8 @@ pub struct LoadedModel {
     pub config: Value,
     /// The GGUF file, when loaded from one (its metadata holds the tokenizer).
     pub gguf: Option<Arc<GgufFile>>,
+    /// Tensors of the checkpoint the model does not use ([`Checkpoint::unread`]; logged).
+    pub unread: Vec<String>,
 }
 
 /// Loads an HF model directory or a `.gguf` file.
@@ -81,17 +83,29 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     if path.is_dir() {
         let (config, arch, ck) = open_hf_dir(path)?;
         let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, &path.join("config.json")))?;
-        Ok(LoadedModel { model, config, gguf: None })
+        Ok(LoadedModel { model, config, gguf: None, unread: unread(&ck) })
     } else if path.is_file() {
         let g = Arc::new(GgufFile::open(path)?);
         let config = config::config_from_gguf(&g)?;
         let arch = config::architecture(&config)?;
         let ck = Checkpoint::from_gguf(&g)?;
         let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, path))?;
-        Ok(LoadedModel { model, config, gguf: Some(g) })
+        Ok(LoadedModel { model, config, gguf: Some(g), unread: unread(&ck) })
     } else {
         Err(Error::file(path, "no such file or directory"))
     }
+}
+
+/// The checkpoint's tensors the model left unread, with a warning naming them: vLLM refuses
+/// unknown weight names; a checkpoint may hold more than the model (an MTP layer beside it),
+/// so here they only warn.
+fn unread(ck: &Checkpoint) -> Vec<String> {
+    let unread = ck.unread();
+    if let Some(first) = unread.first() {
+        let more = if unread.len() > 1 { format!(" and {} more", unread.len() - 1) } else { String::new() };
+        tracing::warn!("{}: {} tensor(s) left unused: {first}{more}", ck.origin.display(), unread.len());
+    }
+    unread
 }
 
 /// An HF model folder's config (its text model's, for the multimodal classes served as text),
@@ -144,6 +158,11 @@ pub fn load_encoder(path: &Path) -> Result<PoolingModel> {
     .map_err(|e| in_file(e, &cfg_path))?;
     let classifier = classifier::SequenceClassifier::load(&ck, &config, &arch, model.info.hidden_size)
         .map_err(|e| in_file(e, &cfg_path))?;
+    if classifier.is_none() {
+        // BERT's pooler feeds only a classification head; embeddings pool the hidden states.
+        ck.skip(|name| name.split('.').any(|part| part == "pooler"));
+    }
+    let unread = unread(&ck);
     let pooling = pooling::PoolingConfig::read(path, pooling::PoolingType::Cls)?;
     Ok(PoolingModel {
         info: model.info.clone(),
@@ -151,6 +170,7 @@ pub fn load_encoder(path: &Path) -> Result<PoolingModel> {
         pooling,
         classifier,
         gguf: None,
+        unread,
     })
 }
 
@@ -170,7 +190,8 @@ pub fn load_decoder_for_pooling(path: &Path) -> Result<PoolingModel> {
         vocab_size: i.vocab_size,
         max_position_embeddings: i.max_position_embeddings,
     };
-    Ok(PoolingModel { info, backbone: Backbone::Decoder(lm.model), pooling, classifier: None, gguf: lm.gguf })
+    let (backbone, gguf, unread) = (Backbone::Decoder(lm.model), lm.gguf, lm.unread);
+    Ok(PoolingModel { info, backbone, pooling, classifier: None, gguf, unread })
 }
 
 /// Config errors raised while building a model (`config: missing field …`) name no file; they

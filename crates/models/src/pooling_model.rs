@@ -37,6 +37,8 @@ pub struct PoolingModel {
     pub classifier: Option<SequenceClassifier>,
     /// The GGUF file, when loaded from one (its metadata holds the tokenizer).
     pub gguf: Option<Arc<GgufFile>>,
+    /// Tensors of the checkpoint the model does not use (logged at load).
+    pub unread: Vec<String>,
 }
 
 /// Scratch of one pooling forward, kept by the caller between calls.

@@ -110,6 +110,8 @@ pub fn load_with(
 ) -> Result<DecoderModel> {
     let parts = Parts::new(ck, config)?;
     let c = &parts.c;
+    // The MTP layer drafts (`mtp.rs`); the model does not use it.
+    ck.skip(|name| name.starts_with("mtp."));
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for (i, kind) in layer_types(config, c.num_hidden_layers)?.iter().enumerate() {
         let p = format!("model.layers.{i}");

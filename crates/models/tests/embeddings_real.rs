@@ -16,6 +16,7 @@ fn cosine(a: &[f32], b: &[f64]) -> f64 {
 
 fn check(name: &str) {
     let enc = vllm_rs_models::load_encoder(&hf_dir(name)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(enc.unread.is_empty(), "{name}: tensors left unread: {:?}", enc.unread);
     let g = golden(&format!("embeddings/{name}.json"));
     let cases = g["cases"].as_array().unwrap();
     let ids: Vec<Vec<u32>> = cases

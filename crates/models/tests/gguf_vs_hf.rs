@@ -43,6 +43,7 @@ fn check_tiny_gguf(arch: &str, gguf_arch: &str) {
     tiny_gguf(&dir, gguf_arch).write(&p);
     let st = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
     let gg = vllm_rs_models::load(&p).unwrap_or_else(|e| panic!("{e}"));
+    assert!(gg.unread.is_empty(), "GGUF tensors left unread: {:?}", gg.unread);
     assert_eq!(gg.model.info().architecture, st.model.info().architecture);
     let g = golden(&format!("tiny/{arch}.json"));
     for case in g["cases"].as_array().unwrap() {
@@ -106,6 +107,7 @@ fn deepseek_q8_0_by_llama_cpp_within_budget() {
 fn q8_0_within_budget(arch: &str, dir: &std::path::Path, q8: &std::path::Path) {
     let st = vllm_rs_models::load(dir).unwrap_or_else(|e| panic!("{e}"));
     let q8 = vllm_rs_models::load(q8).unwrap_or_else(|e| panic!("{e}"));
+    assert!(q8.unread.is_empty(), "GGUF tensors left unread: {:?}", q8.unread);
     let vocab = st.model.info().vocab_size;
     let (mut close, mut total) = (0, 0);
     for case in golden(&format!("tiny/{arch}.json"))["cases"].as_array().unwrap() {
@@ -163,7 +165,9 @@ fn top2_rel_margin(x: &[f32]) -> f64 {
 fn check_real(name: &str) {
     let t0 = std::time::Instant::now();
     let hf = vllm_rs_models::load(&hf_dir(name)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(hf.unread.is_empty(), "{name}: tensors left unread: {:?}", hf.unread);
     let gg = vllm_rs_models::load(&gguf_path(name)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(gg.unread.is_empty(), "GGUF tensors left unread: {:?}", gg.unread);
     let vocab = hf.model.info().vocab_size;
     assert_eq!(gg.model.info().vocab_size, vocab);
     assert_eq!(gg.model.info().architecture, hf.model.info().architecture);
@@ -250,6 +254,7 @@ fn same_as_safetensors(dir: &std::path::Path, arch: &str, class: &str) {
     let st = vllm_rs_models::load(dir).unwrap_or_else(|e| panic!("{e}"));
     let gguf = test_data(&format!("data/tiny-gguf/{arch}.gguf"));
     let gg = vllm_rs_models::load(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    assert!(gg.unread.is_empty(), "GGUF tensors left unread: {:?}", gg.unread);
     assert_eq!(gg.model.info().architecture, class);
     for case in golden(&format!("tiny/{arch}.json"))["cases"].as_array().unwrap() {
         let prompt = ids(&case["prompt_token_ids"]);

@@ -8,7 +8,7 @@
 //! The prompt is prefilled whole, one token at a time, and in chunks of 3, 7 and 16 (a block): chunking must not
 //! change a single bit (batch invariance). All prompts decoded side by side in one batch must
 //! give the same ids too. And every backend this machine runs (the CPU tiers) must decode the
-//! same bits as the default one.
+//! same bits as the default one. Every tensor of the checkpoint must be read.
 
 mod common;
 
@@ -31,6 +31,8 @@ fn check_dir(dir: &str, arch: &str, class: &str) {
     assert_eq!(g["architecture"], class);
     let lm = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(lm.model.info().architecture, class);
+    // Every tensor transformers saved is a weight the model uses: none misread or ignored.
+    assert!(lm.unread.is_empty(), "{arch}: tensors left unread: {:?}", lm.unread);
     let n_new = g["num_new_tokens"].as_u64().unwrap() as usize;
     let cases = g["cases"].as_array().unwrap();
     assert!(cases.len() >= 4, "{arch}: too few golden cases");
@@ -260,6 +262,7 @@ fn qwen3_5_text_model_of_the_multimodal_class() {
 
     let wrapped = vllm_rs_models::load(&dir).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(wrapped.model.info().architecture, "Qwen3_5ForCausalLM");
+    assert_eq!(wrapped.unread, ["model.visual.patch_embed.proj.weight"], "the vision tower is reported unread");
     let plain = vllm_rs_models::load(&src).unwrap();
     let prompt = [5, 17, 99, 3, 250, 41];
     let (a, b) = (greedy(wrapped.model.as_ref(), &prompt, 4, 2), greedy(plain.model.as_ref(), &prompt, 4, 2));

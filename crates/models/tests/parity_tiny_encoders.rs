@@ -28,6 +28,7 @@ fn check(name: &str) {
     // What `serve` asks to pick the pooling runner.
     assert!(vllm_rs_models::is_encoder(&dir), "{name} is not taken for an encoder");
     let enc = vllm_rs_models::load_encoder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(enc.unread.is_empty(), "{name}: tensors left unread: {:?}", enc.unread);
     let g = golden(&format!("tiny-encoders/{name}.json"));
     let cases = g["cases"].as_array().unwrap();
     let (mut all_ids, mut all_types, mut lens) = (Vec::new(), Vec::new(), Vec::new());
