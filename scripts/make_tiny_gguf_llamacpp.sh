@@ -12,7 +12,7 @@
 #
 # Usage: scripts/make_tiny_gguf_llamacpp.sh [ARCH[@OUTTYPE]...]   (default: qwen3_5 qwen3_5_moe)
 # (the tests also read lfm2, nemotron_h, nemotron_h_moe, gpt_oss, deepseek_v2, deepseek_v3,
-# deepseek_v3@q8_0, falcon_h1 and llama3_rope made by it)
+# deepseek_v3@q8_0, falcon_h1, llama3_rope and kimi_linear made by it)
 # Needs scripts/requirements-goldens.txt (torch, transformers, tokenizers) in .venv-goldens.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -86,6 +86,37 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 c['head_dim'] = c['hidden_size'] // c['num_attention_heads']
 json.dump(c, open(sys.argv[1], 'w'))
+PYEOF
+    fi
+    # Kimi Linear: the converter reads Moonshot's released config.json keys, which transformers'
+    # config class keeps under other names: the layer kinds as linear_attn_config (1-based
+    # full_attn_layers / kda_layers, with the KDA head_dim, num_heads, short_conv_kernel_size) and
+    # first_k_dense_replace, and the router's moe_router_activation_func (sigmoid; written as
+    # expert_gating_func, which llama.cpp requires). The released checkpoints keep the dense MLP
+    # as mlp.* (transformers saves it as block_sparse_moe.*, which the converter cannot map).
+    # The converter reads DeepSeek's n_group, not Moonshot's num_expert_group: it writes no
+    # groups, and llama.cpp routes without them.
+    if [ "$a" = kimi_linear ]; then
+      "$PY" - "$dir" <<'PYEOF'
+import json, sys
+from safetensors.torch import load_file, save_file
+d = sys.argv[1]
+c = json.load(open(d + '/config.json'))
+types = c['layer_types']
+c['linear_attn_config'] = {
+    'full_attn_layers': [i + 1 for i, t in enumerate(types) if t == 'full_attention'],
+    'kda_layers': [i + 1 for i, t in enumerate(types) if t == 'linear_attention'],
+    'head_dim': c['linear_head_dim'], 'num_heads': c['linear_num_heads'],
+    'short_conv_kernel_size': c['linear_conv_kernel_dim']}
+mlp = c['mlp_layer_types']
+c['first_k_dense_replace'] = next((i for i, t in enumerate(mlp) if t != 'dense'), len(mlp))
+assert all(t == 'dense' for t in mlp[:c['first_k_dense_replace']]) and all(t == 'sparse' for t in mlp[c['first_k_dense_replace']:])
+c['moe_router_activation_func'] = 'sigmoid'
+json.dump(c, open(d + '/config.json', 'w'))
+w = load_file(d + '/model.safetensors')
+dense = ('.block_sparse_moe.gate_proj.', '.block_sparse_moe.up_proj.', '.block_sparse_moe.down_proj.')
+w = {(k.replace('.block_sparse_moe.', '.mlp.') if any(x in k for x in dense) else k): v for k, v in w.items()}
+save_file(w, d + '/model.safetensors', metadata={'format': 'pt'})
 PYEOF
     fi
     # The Qwen3.5 family may carry multi-token-prediction layers; the others refuse the flag.

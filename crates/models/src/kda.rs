@@ -89,7 +89,8 @@ pub struct KdaBuffers {
 impl KimiDeltaAttention {
     /// Loads `{prefix}.{q,k,v}_proj`, `{q,k,v}_conv1d` (Moonshot's names, which transformers
     /// saves; or its fused `conv1d`), `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log` (at `{prefix}` or
-    /// under `forget_gate`), `b_proj`, `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj`.
+    /// under `forget_gate`; or `A`, already `−exp(A_log)`, as llama.cpp stores it), `b_proj`,
+    /// `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj`.
     pub fn load(ck: &Checkpoint, prefix: &str, hidden: usize, dims: KdaDims, eps: f32) -> Result<Self> {
         let (w, hd, nh) = (dims.width(), dims.head_dim, dims.num_heads);
         let lin = |name: &str, out: usize, inp: usize| Linear::load(ck, &format!("{prefix}.{name}"), out, inp, false);
@@ -115,7 +116,10 @@ impl KimiDeltaAttention {
             f_a_proj: lin(&format!("{}_proj", gate("f_a")), hd, hidden)?,
             f_b_proj: lin(&format!("{}_proj", gate("f_b")), w, hd)?,
             dt_bias: ck.vector(&format!("{prefix}.{}", gate("dt_bias")), w)?,
-            neg_a: ck.vector(&format!("{prefix}.{}", gate("A_log")), nh)?.iter().map(|a| -a.exp()).collect(),
+            neg_a: match ck.optional_vector(&format!("{prefix}.A"), nh)? {
+                Some(a) => a,
+                None => ck.vector(&format!("{prefix}.{}", gate("A_log")), nh)?.iter().map(|a| -a.exp()).collect(),
+            },
             b_proj: lin("b_proj", nh, hidden)?,
             g_a_proj: lin("g_a_proj", hd, hidden)?,
             g_b_proj: lin("g_b_proj", w, hd)?,

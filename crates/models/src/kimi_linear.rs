@@ -9,25 +9,36 @@
 //! `block_sparse_moe` with `experts.N.{w1,w3,w2}`, `{q,k,v}_conv1d`; `num_experts_per_token`,
 //! `num_expert_group`, `num_shared_experts`, `moe_renormalize`, `model_max_length`; the layer
 //! kinds as `layer_types` or `linear_attn_config` (1-based `kda_layers`, `full_attn_layers`).
+//!
+//! GGUF as llama.cpp's converter writes it (`kimi-linear`), read as llama.cpp runs it: the KDA
+//! layers are those with `head_count_kv` 0, with `linear_num_heads` = `head_count` and their
+//! tensors as `ssm_*` (`A` stored as `−exp(A_log)`, `dt_bias` as `ssm_dt.bias`); MLA as
+//! `deepseek2` (`kv_b_proj` split into `attn_k_b`, transposed per head, and `attn_v_b`; or the
+//! fused `attn_kv_b`); experts stacked into `*_exps`, the correction bias `exp_probs_b`, the shared
+//! experts `*_shexp`; the first `leading_dense_block_count` layers dense. Routing as llama.cpp's:
+//! sigmoid (other `expert_gating_func`s are refused), always renormalized, `expert_weights_scale`,
+//! groups only where `expert_group_count` > 1 (the converter reads DeepSeek's `n_group`, not
+//! Moonshot's `num_expert_group`, so it writes no groups for Moonshot's configs).
 
 use crate::arch::{ArchSpec, TinySpec};
 use crate::checkpoint::Checkpoint;
-use crate::config::CommonConfig;
+use crate::config::{CommonConfig, gguf_per_layer};
 use crate::decoder::{DecoderModel, Mixer};
 use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
 use crate::kda::{self, KimiDeltaAttention};
 use crate::llama::{pre_norm_layer, pre_norm_model};
 use crate::mla::{self, MlaAttention};
 use crate::mlp::{Activation, FeedForward, GatedMlp};
 use crate::moe::{self, GroupLimit, GroupScore, MoeConfig, MoeNames, Scoring, SharedExpert, SparseMoe};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub const KIMI_LINEAR: ArchSpec = ArchSpec {
     hf_class: "KimiLinearForCausalLM",
-    gguf_arch: None,
+    gguf_arch: Some("kimi-linear"),
     load,
-    gguf_modules: &[],
-    gguf_config: None,
+    gguf_modules: GGUF_MODULES,
+    gguf_config: Some(config_from_gguf),
     tiny: TinySpec {
         name: "kimi_linear",
         config_class: "KimiLinearConfig",
@@ -43,6 +54,117 @@ pub const KIMI_LINEAR: ArchSpec = ArchSpec {
         scaled_embed: false,
     },
 };
+
+/// llama.cpp's names of the Kimi Linear tensors (`kimi-linear`) beside the common ones, mapped to
+/// the names the safetensors loader reads: the KDA layers' `ssm_*`, the MLA layers' DeepSeek
+/// names, the experts under Moonshot's `block_sparse_moe` (the 3-D `*_exps` as `experts.w1` etc.).
+pub const GGUF_MODULES: &[(&str, &str)] = &[
+    ("ssm_conv1d_q", "self_attn.q_conv1d"),
+    ("ssm_conv1d_k", "self_attn.k_conv1d"),
+    ("ssm_conv1d_v", "self_attn.v_conv1d"),
+    ("ssm_f_a", "self_attn.f_a_proj"),
+    ("ssm_f_b", "self_attn.f_b_proj"),
+    ("ssm_beta", "self_attn.b_proj"),
+    ("ssm_a", "self_attn.A"),
+    ("ssm_dt.bias", "self_attn.dt_bias"),
+    ("ssm_g_a", "self_attn.g_a_proj"),
+    ("ssm_g_b", "self_attn.g_b_proj"),
+    ("ssm_norm", "self_attn.o_norm"),
+    ("attn_q_a", "self_attn.q_a_proj"),
+    ("attn_q_a_norm", "self_attn.q_a_layernorm"),
+    ("attn_q_b", "self_attn.q_b_proj"),
+    ("attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"),
+    ("attn_kv_a_norm", "self_attn.kv_a_layernorm"),
+    ("attn_kv_b", "self_attn.kv_b_proj"),
+    ("attn_k_b", "self_attn.k_b_proj"),
+    ("attn_v_b", "self_attn.v_b_proj"),
+    ("ffn_gate_inp", "block_sparse_moe.gate"),
+    ("ffn_gate_exps", "block_sparse_moe.experts.w1"),
+    ("ffn_up_exps", "block_sparse_moe.experts.w3"),
+    ("ffn_down_exps", "block_sparse_moe.experts.w2"),
+    ("exp_probs_b.bias", "block_sparse_moe.gate.e_score_correction_bias"),
+    ("ffn_gate_shexp", "block_sparse_moe.shared_experts.gate_proj"),
+    ("ffn_up_shexp", "block_sparse_moe.shared_experts.up_proj"),
+    ("ffn_down_shexp", "block_sparse_moe.shared_experts.down_proj"),
+];
+
+/// llama.cpp's `expert_gating_func` value for sigmoid scores.
+const GATING_SIGMOID: u64 = 2;
+
+/// The Kimi Linear keys of an HF config from `kimi-linear` metadata, as llama.cpp runs the file.
+pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
+    let key = |k: &str| format!("kimi-linear.{k}");
+    let req = |k: &str| g.require_u64(&key(k));
+    let opt = |k: &str| g.get_u64(&key(k));
+    let refuse = |what: String| Err(Error::file(&g.path, format!("{what} is not supported for Kimi Linear")));
+    if let Some(fused) = g.tensors.keys().find(|t| t.ends_with(".attn_qkv.weight")) {
+        return refuse(format!("the fused KDA projection {fused}"));
+    }
+    moe::config_from_gguf(g, c, true)?;
+    // llama.cpp renormalizes Kimi's routing weights whatever `expert_weights_norm` says.
+    c["norm_topk_prob"] = true.into();
+    if c.get("moe_intermediate_size").is_none() {
+        // Per layer (llama.cpp reads a key or an array): one size over the sparse layers.
+        let sizes = gguf_per_layer(g, &key("expert_feed_forward_length"))?;
+        let mut sparse = sizes.iter().filter(|&&s| s > 0);
+        let first = sparse.next().copied().unwrap_or(0);
+        if first == 0 || sparse.any(|&s| s != first) {
+            return refuse(format!("expert_feed_forward_length {sizes:?} (one size for all experts)"));
+        }
+        c["moe_intermediate_size"] = first.into();
+    }
+    match opt("expert_gating_func") {
+        Some(GATING_SIGMOID) => {}
+        other => return refuse(format!("expert_gating_func {other:?} (only {GATING_SIGMOID}, sigmoid)")),
+    }
+    // Groups as llama.cpp forms them when there are more than one: scored by their best two.
+    match opt("expert_group_count").filter(|&n| n > 1) {
+        Some(n) => {
+            c["n_group"] = n.into();
+            c["topk_group"] = req("expert_group_used_count")?.into();
+        }
+        None => {
+            c["n_group"] = 1.into();
+            c["topk_group"] = 1.into();
+        }
+    }
+    // 0 or absent: llama.cpp does not scale the weights.
+    let scale = g.get_f64(&key("expert_weights_scale")).filter(|&s| s != 0.0).unwrap_or(1.0);
+    c["routed_scaling_factor"] = scale.into();
+    c["n_shared_experts"] = req("expert_shared_count")?.into();
+    let n = c["num_hidden_layers"].as_u64().unwrap_or(0) as usize;
+    // The KDA layers are those with no KV heads (llama.cpp's recurrent layers).
+    let kv = match opt("attention.head_count_kv") {
+        Some(one) => vec![one; n],
+        None => gguf_per_layer(g, &key("attention.head_count_kv"))?,
+    };
+    let types: Vec<&str> = kv.iter().map(|&h| if h == 0 { "linear_attention" } else { "full_attention" }).collect();
+    c["layer_types"] = json!(types);
+    let dense = opt("leading_dense_block_count").unwrap_or(0) as usize;
+    c["mlp_layer_types"] = json!((0..n).map(|i| if i < dense { "dense" } else { "sparse" }).collect::<Vec<_>>());
+    // llama.cpp gives the KDA layers as many heads as the MLA layers.
+    c["linear_num_heads"] = c["num_attention_heads"].clone();
+    c["linear_head_dim"] = req("kda.head_dim")?.into();
+    c["linear_conv_kernel_dim"] = req("ssm.conv_kernel")?.into();
+    // MLA stored as MQA over the latent (one KV head, `key_length` the latent and rotary key).
+    let rope = req("rope.dimension_count")?;
+    let qk = req("attention.key_length_mla")?;
+    let nope = qk.checked_sub(rope).ok_or_else(|| {
+        Error::file(&g.path, format!("the key length {qk} is smaller than the rotary dimension {rope}"))
+    })?;
+    c["num_key_value_heads"] = c["num_attention_heads"].clone();
+    c["head_dim"] = rope.into();
+    c["q_lora_rank"] = opt("attention.q_lora_rank").into();
+    c["kv_lora_rank"] = req("attention.kv_lora_rank")?.into();
+    c["qk_rope_head_dim"] = rope.into();
+    c["qk_nope_head_dim"] = nope.into();
+    c["v_head_dim"] = req("attention.value_length_mla")?.into();
+    // Nothing is rotated (llama.cpp applies no rotary embedding to Kimi at all).
+    if let Some(m) = c.as_object_mut() {
+        m.remove("rope_scaling");
+    }
+    Ok(())
+}
 
 /// The experts as Moonshot names them: `block_sparse_moe.experts.N.{w1, w3, w2}`.
 const NAMES: MoeNames = MoeNames { block: "block_sparse_moe", proj: ["w1", "w3", "w2"] };

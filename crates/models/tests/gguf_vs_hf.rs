@@ -303,3 +303,40 @@ fn deepseek_converted_by_llama_cpp() {
     same_as_safetensors(&dir, "deepseek_v2", "DeepseekV2ForCausalLM");
     same_as_safetensors(&test_data("data/tiny/deepseek_v3"), "deepseek_v3", "DeepseekV3ForCausalLM");
 }
+
+/// Tiny Kimi Linear converted by llama.cpp's `convert_hf_to_gguf.py` (`kimi-linear`, made by
+/// `scripts/make_tiny_gguf_llamacpp.sh` from the config and dense MLP names as Moonshot releases
+/// them): the KDA layers told apart by `head_count_kv` 0, their `A` stored as `−exp(A_log)`,
+/// `dt_bias` as `ssm_dt.bias`, the q/k/v convolutions as `ssm_conv1d_*`; MLA's `kv_b_proj` split
+/// into `attn_k_b` (transposed per head) and `attn_v_b`; the experts stacked, the correction bias
+/// `exp_probs_b`, the shared experts `*_shexp`, the first layer dense. The converter writes no
+/// expert groups for Moonshot's configs (it reads DeepSeek's `n_group`), and llama.cpp then routes
+/// without them, while the tiny model has two groups with one used: the safetensors side here
+/// runs with one group (its config copied and changed).
+#[test]
+fn kimi_linear_converted_by_llama_cpp() {
+    use common::files::copy_model_dir;
+    let dir = scratch_dir("kimi_linear_one_group");
+    copy_model_dir(&test_data("data/tiny/kimi_linear"), &dir);
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["num_expert_group"] = 1.into();
+    std::fs::write(&path, config.to_string()).unwrap();
+    same_as_safetensors(&dir, "kimi_linear", "KimiLinearForCausalLM");
+}
+
+/// What llama.cpp's `kimi-linear` metadata may say that we cannot run is refused, not misread:
+/// here the converted file with a softmax router (`expert_gating_func` 1, patched in place).
+#[test]
+fn kimi_linear_gguf_softmax_router_refused() {
+    let mut bytes = std::fs::read(test_data("data/tiny-gguf/kimi_linear.gguf")).unwrap();
+    let key = b"kimi-linear.expert_gating_func";
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("expert_gating_func key") + key.len();
+    // The value: type u32 (4), then 2 (sigmoid).
+    assert_eq!(bytes[at..at + 8], [4, 0, 0, 0, 2, 0, 0, 0]);
+    bytes[at + 4] = 1;
+    let p = scratch_dir("kimi_linear_softmax").join("model.gguf");
+    std::fs::write(&p, bytes).unwrap();
+    let e = vllm_rs_models::load(&p).err().expect("a softmax router must be refused").to_string();
+    assert!(e.contains("expert_gating_func Some(1)") && e.contains("not supported for Kimi Linear"), "{e}");
+}
