@@ -222,14 +222,14 @@ pub(crate) fn paged_attention_on(
     p: &AttentionParams,
     out: &mut [f32],
 ) {
-    paged_attention_tiled(tier, KEY_TILE, q, cache, block_size, seqs, p, out)
+    paged_attention_tiled(tier, TILING, q, cache, block_size, seqs, p, out)
 }
 
-/// [`paged_attention_on`] with `key_tile` keys a tile (tests vary it: it must not change bits).
+/// [`paged_attention_on`] with the given [`Tiling`] (tests vary it: it must not change bits).
 #[allow(clippy::too_many_arguments)]
 fn paged_attention_tiled(
     tier: crate::isa::Tier,
-    key_tile: usize,
+    tiling: Tiling,
     q: &[f32],
     cache: &LayerKvCache,
     block_size: usize,
@@ -255,9 +255,9 @@ fn paged_attention_tiled(
         }
         let ops = VecOps(tier);
         match cache.dtype {
-            KvDtype::F32 => run_tasks::<0>(ops, key_tile, q, cache, block_size, seqs, p, &tasks, out),
-            KvDtype::F16 => run_tasks::<1>(ops, key_tile, q, cache, block_size, seqs, p, &tasks, out),
-            KvDtype::Bf16 => run_tasks::<2>(ops, key_tile, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::F32 => run_tasks::<0>(ops, tiling, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::F16 => run_tasks::<1>(ops, tiling, q, cache, block_size, seqs, p, &tasks, out),
+            KvDtype::Bf16 => run_tasks::<2>(ops, tiling, q, cache, block_size, seqs, p, &tasks, out),
         }
     });
 }
@@ -273,7 +273,7 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 fn run_tasks<const T: u8>(
     vec_ops: VecOps,
-    key_tile: usize,
+    tiling: Tiling,
     q: &[f32],
     cache: &LayerKvCache,
     block_size: usize,
@@ -302,11 +302,13 @@ fn run_tasks<const T: u8>(
         // head's simpler loop keeps more of those reads in flight (three heads a pass:
         // batch-32 decode 7 % slower).
         let per_pass = if c1 - c0 > 1 { vec_ops.heads_per_pass(hd) } else { 1 };
+        // The task's rows go over the keys together only where a kv head's K and V outgrow
+        // L2; below that one row at a time keeps its scores in L1.
+        let together = if seq.seq_len * 2 * hd * esize > tiling.min_bytes { c1 - c0 } else { 1 };
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
-            let rows = c1 - c0;
-            scratch.resize(rows * per_pass * (seq.seq_len + hd), 0.0);
-            let (scores, acc) = scratch.split_at_mut(rows * per_pass * seq.seq_len);
+            scratch.resize(together * per_pass * (seq.seq_len + hd), 0.0);
+            let (scores, acc) = scratch.split_at_mut(together * per_pass * seq.seq_len);
             for kvh in kv_heads.clone() {
                 let heads = kvh * group..(kvh + 1) * group;
                 for h0 in heads.clone().step_by(per_pass) {
@@ -326,11 +328,14 @@ fn run_tasks<const T: u8>(
                             out: unsafe { out_ptr.get().add(t * q_row + h0 * hd) },
                         }
                     };
-                    let passes = Passes { ops: vec_ops, p, key_tile, rows: c0..c1, seq_len: seq.seq_len };
-                    match (h0 + per_pass).min(heads.end) - h0 {
-                        3 => passes.run::<T, 3>(pass, scores, acc),
-                        2 => passes.run::<T, 2>(pass, scores, acc),
-                        _ => passes.run::<T, 1>(pass, scores, acc),
+                    for g0 in (c0..c1).step_by(together) {
+                        let rows = g0..(g0 + together).min(c1);
+                        let passes = Passes { ops: vec_ops, p, key_tile: tiling.keys, rows, seq_len: seq.seq_len };
+                        match (h0 + per_pass).min(heads.end) - h0 {
+                            3 => passes.run::<T, 3>(&pass, scores, acc),
+                            2 => passes.run::<T, 2>(&pass, scores, acc),
+                            _ => passes.run::<T, 1>(&pass, scores, acc),
+                        }
                     }
                 }
             }
@@ -341,10 +346,17 @@ fn run_tasks<const T: u8>(
 /// The most query heads one pass takes (see [`VecOps::heads_per_pass`]).
 const MAX_HEADS: usize = 3;
 
-/// Keys a tile of a task's passes: their K (then V) columns stay in L1/L2 while each of the
-/// task's queries reads them, instead of streaming the whole context once per query (long
-/// prompts: `BENCHMARKS.md`).
-const KEY_TILE: usize = 256;
+/// How a task's queries share the reads of K and V: a tile of `keys` keys (K, then V) stays in
+/// L1/L2 while each of the task's queries reads it, instead of each query streaming the whole
+/// context (long prompts: `BENCHMARKS.md`) — where a kv head's K and V hold more than
+/// `min_bytes`; below, the queries run one at a time.
+#[derive(Clone, Copy)]
+struct Tiling {
+    keys: usize,
+    min_bytes: usize,
+}
+
+const TILING: Tiling = Tiling { keys: 256, min_bytes: 1 << 20 };
 
 /// Consecutive query heads of one token and one kv head: their queries (`head_dim` apart from
 /// `q`), where their kv head's K and V columns start in the cache, the block table and block
@@ -929,7 +941,7 @@ mod tests {
         dtype: KvDtype,
         (q, k, v): (&[f32], &[f32], &[f32]),
         n: usize,
-        (chunk, key_tile): (usize, usize),
+        (chunk, tiling): (usize, Tiling),
         (heads, kvh, hd, bs): (usize, usize, usize, usize),
         params: &AttentionParams,
     ) -> Vec<f32> {
@@ -948,7 +960,7 @@ mod tests {
             let seq = SeqAttention { query_start: 0, query_len: len, seq_len: done + len, block_table: &table };
             let o = &mut out[done * qr..(done + len) * qr];
             let q = &q[done * qr..(done + len) * qr];
-            paged_attention_tiled(tier, key_tile, q, cache.layer(0), bs, &[seq], params, o);
+            paged_attention_tiled(tier, tiling, q, cache.layer(0), bs, &[seq], params, o);
             done += len;
         }
         out
@@ -1030,16 +1042,28 @@ mod tests {
                 };
                 let mut outs = Vec::new();
                 for tier in crate::isa::Tier::available() {
-                    // Whole, in chunks and token by token; keys in tiles of KEY_TILE (all at
-                    // once here), of 8, or of 5 or 3 (runs cut at tiles that are not whole blocks).
-                    let splits = [(n, KEY_TILE), (n, 8), (n, 5), (7, 3), (7, KEY_TILE), (1, KEY_TILE)];
-                    for (chunk, tile) in splits {
+                    // Whole, in chunks and token by token; queries one at a time or together
+                    // over keys in tiles of 256 (all at once here), of 8, or of 5 or 3 (runs
+                    // cut at tiles that are not whole blocks).
+                    let alone = |keys| Tiling { keys, min_bytes: usize::MAX };
+                    let tiles = |keys| Tiling { keys, min_bytes: 0 };
+                    let splits = [
+                        (n, alone(256)),
+                        (n, tiles(256)),
+                        (n, tiles(8)),
+                        (n, tiles(5)),
+                        (7, tiles(3)),
+                        (7, alone(256)),
+                        (1, alone(256)),
+                    ];
+                    for (chunk, tiling) in splits {
                         let out =
-                            run_chunked(tier, dtype, (&q, &k, &v), n, (chunk, tile), (heads, kvh, hd, bs), &params);
+                            run_chunked(tier, dtype, (&q, &k, &v), n, (chunk, tiling), (heads, kvh, hd, bs), &params);
+                        let tile = (tiling.keys, tiling.min_bytes == 0);
                         for (a, b) in out.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < 1e-5,
-                                "hd {hd} heads {heads}/{kvh} {dtype:?} {tier:?} chunk {chunk} tile {tile} {window:?} \
+                                "hd {hd} heads {heads}/{kvh} {dtype:?} {tier:?} chunk {chunk} tile {tile:?} {window:?} \
                                  sinks {}: {a} vs {b}",
                                 params.sinks.is_some()
                             );
