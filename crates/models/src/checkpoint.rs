@@ -36,6 +36,20 @@ pub struct Checkpoint {
     read: Arc<Mutex<HashSet<String>>>,
 }
 
+/// Non-weight buffers some checkpoints saved with their weights (rotary tables, BERT's position
+/// ids, GPT-2's causal masks), which vLLM's loaders skip by these names too: never "unread".
+fn is_buffer(name: &str) -> bool {
+    const SUFFIXES: [&str; 6] = [
+        "rotary_emb.inv_freq",
+        "rotary_emb.cos_cached",
+        "rotary_emb.sin_cached",
+        "embeddings.position_ids",
+        ".attn.bias",
+        ".attn.masked_bias",
+    ];
+    SUFFIXES.iter().any(|s| name.ends_with(s))
+}
+
 /// The name a tensor has in its file: tensors split, renamed or transposed for a loader keep
 /// their source's, so [`Checkpoint::unread`] speaks of the file's tensors.
 type Stored = Arc<str>;
@@ -282,7 +296,8 @@ impl Checkpoint {
     pub fn unread(&self) -> Vec<String> {
         let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
         let stored = self.tensors.values().map(|(_, _, s)| &**s).chain(self.mxfp4.keys().map(String::as_str));
-        let mut names: Vec<String> = stored.filter(|n| !read.contains(*n)).map(str::to_string).collect();
+        let unused = |n: &&str| !read.contains(*n) && !is_buffer(n);
+        let mut names: Vec<String> = stored.filter(unused).map(str::to_string).collect();
         names.sort();
         names.dedup();
         names
@@ -348,4 +363,28 @@ fn slice(w: &Weight, range: std::ops::Range<usize>, rows: usize, cols: usize) ->
         Storage::Owned(bytes) => Storage::Owned(Arc::new(bytes[range].to_vec())),
     };
     Weight::new(w.ty, rows, cols, storage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_buffer;
+
+    #[test]
+    fn saved_buffers_are_not_weights() {
+        for b in [
+            "model.layers.0.self_attn.rotary_emb.inv_freq",
+            "bert.embeddings.position_ids",
+            "transformer.h.3.attn.bias",
+            "transformer.h.3.attn.masked_bias",
+        ] {
+            assert!(is_buffer(b), "{b}");
+        }
+        for w in [
+            "transformer.h.3.attn.c_attn.bias",
+            "model.layers.0.self_attn.q_proj.bias",
+            "embeddings.position_embeddings.weight",
+        ] {
+            assert!(!is_buffer(w), "{w}");
+        }
+    }
 }
