@@ -39,12 +39,13 @@ pub const GGUF_MODULES: &[(&str, &str)] = &[
 const GATING_SOFTMAX: u64 = 1;
 const GATING_SIGMOID: u64 = 2;
 
-/// The DeepSeek keys of an HF config from `deepseek2` metadata, over the common translation.
-pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
-    let key = |k: &str| format!("deepseek2.{k}");
+/// The latent attention's keys of an HF config from `{arch}.` metadata, which llama.cpp writes
+/// as MQA over the latent (`deepseek2`, `kimi-linear`): one KV head whose key is the latent and
+/// the rotary key.
+pub fn mla_config_from_gguf(g: &GgufFile, arch: &str, c: &mut Value) -> Result<()> {
+    let key = |k: &str| format!("{arch}.{k}");
     let req = |k: &str| g.require_u64(&key(k));
     let opt = |k: &str| g.get_u64(&key(k));
-    moe::config_from_gguf(g, c, false)?;
     let rope = req("rope.dimension_count")?;
     // Files from before the `_mla` keys store the per-head sizes in key_length/value_length.
     let qk = opt("attention.key_length_mla").map_or_else(|| req("attention.key_length"), Ok)?;
@@ -59,6 +60,16 @@ pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
     c["qk_rope_head_dim"] = rope.into();
     c["qk_nope_head_dim"] = nope.into();
     c["v_head_dim"] = v.into();
+    Ok(())
+}
+
+/// The DeepSeek keys of an HF config from `deepseek2` metadata, over the common translation.
+pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
+    let key = |k: &str| format!("deepseek2.{k}");
+    let req = |k: &str| g.require_u64(&key(k));
+    let opt = |k: &str| g.get_u64(&key(k));
+    moe::config_from_gguf(g, c, false)?;
+    mla_config_from_gguf(g, "deepseek2", c)?;
     c["first_k_dense_replace"] = opt("leading_dense_block_count").unwrap_or(0).into();
     c["n_shared_experts"] = opt("expert_shared_count").unwrap_or(0).into();
     c["routed_scaling_factor"] = g.get_f64(&key("expert_weights_scale")).unwrap_or(1.0).into();

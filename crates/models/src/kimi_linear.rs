@@ -146,19 +146,7 @@ pub fn config_from_gguf(g: &GgufFile, c: &mut Value) -> Result<()> {
     c["linear_num_heads"] = c["num_attention_heads"].clone();
     c["linear_head_dim"] = req("kda.head_dim")?.into();
     c["linear_conv_kernel_dim"] = req("ssm.conv_kernel")?.into();
-    // MLA stored as MQA over the latent (one KV head, `key_length` the latent and rotary key).
-    let rope = req("rope.dimension_count")?;
-    let qk = req("attention.key_length_mla")?;
-    let nope = qk.checked_sub(rope).ok_or_else(|| {
-        Error::file(&g.path, format!("the key length {qk} is smaller than the rotary dimension {rope}"))
-    })?;
-    c["num_key_value_heads"] = c["num_attention_heads"].clone();
-    c["head_dim"] = rope.into();
-    c["q_lora_rank"] = opt("attention.q_lora_rank").into();
-    c["kv_lora_rank"] = req("attention.kv_lora_rank")?.into();
-    c["qk_rope_head_dim"] = rope.into();
-    c["qk_nope_head_dim"] = nope.into();
-    c["v_head_dim"] = req("attention.value_length_mla")?.into();
+    crate::deepseek_gguf::mla_config_from_gguf(g, "kimi-linear", c)?;
     // Nothing is rotated (llama.cpp applies no rotary embedding to Kimi at all).
     if let Some(m) = c.as_object_mut() {
         m.remove("rope_scaling");
