@@ -263,7 +263,7 @@ fn paged_attention_tiled(
 }
 
 /// The task list of one call, kept per thread so decode steps do not allocate.
-type Task = (usize, std::ops::Range<usize>, usize, usize);
+type Task = (usize, Range<usize>, usize, usize);
 
 thread_local! {
     static TASKS: std::cell::RefCell<Vec<Task>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -369,7 +369,7 @@ struct Pass<'a> {
     v: *const u8,
     row_bytes: usize,
     table: (&'a [u32], usize),
-    keys: std::ops::Range<usize>,
+    keys: Range<usize>,
     out: *mut f32,
 }
 
@@ -378,7 +378,7 @@ struct Passes<'a> {
     ops: VecOps,
     p: &'a AttentionParams,
     key_tile: usize,
-    rows: std::ops::Range<usize>,
+    rows: Range<usize>,
     seq_len: usize,
 }
 

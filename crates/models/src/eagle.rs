@@ -38,10 +38,7 @@ pub fn load(path: &Path, target: &dyn Model) -> Result<Mtp> {
         ));
     }
     let ck = Checkpoint::from_safetensors_dir(path)?;
-    build(&ck, &config, target).map_err(|e| match e {
-        Error::Msg(m) => Error::file(&file, m),
-        e => e,
-    })
+    build(&ck, &config, target).map_err(|e| crate::in_file(e, &file))
 }
 
 fn build(ck: &Checkpoint, config: &Value, target: &dyn Model) -> Result<Mtp> {

@@ -58,10 +58,7 @@ pub fn load(path: &Path, target: &dyn Model) -> Result<Eagle3> {
         ));
     }
     let ck = Checkpoint::from_safetensors_dir(path)?;
-    build(&ck, &config, target).map_err(|e| match e {
-        Error::Msg(m) => Error::file(&path.join("config.json"), m),
-        e => e,
-    })
+    build(&ck, &config, target).map_err(|e| crate::in_file(e, &path.join("config.json")))
 }
 
 fn build(ck: &Checkpoint, config: &Value, target: &dyn Model) -> Result<Eagle3> {

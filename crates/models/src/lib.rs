@@ -83,14 +83,14 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     if path.is_dir() {
         let (config, arch, ck) = open_hf_dir(path)?;
         let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, &path.join("config.json")))?;
-        Ok(LoadedModel { model, config, gguf: None, unread: unread(&ck) })
+        Ok(LoadedModel { model, config, gguf: None, unread: report_unread(&ck) })
     } else if path.is_file() {
         let g = Arc::new(GgufFile::open(path)?);
         let config = config::config_from_gguf(&g)?;
         let arch = config::architecture(&config)?;
         let ck = Checkpoint::from_gguf(&g)?;
         let model = registry::build(&arch, &ck, &config).map_err(|e| in_file(e, path))?;
-        Ok(LoadedModel { model, config, gguf: Some(g), unread: unread(&ck) })
+        Ok(LoadedModel { model, config, gguf: Some(g), unread: report_unread(&ck) })
     } else {
         Err(Error::file(path, "no such file or directory"))
     }
@@ -99,7 +99,7 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
 /// The checkpoint's tensors the model left unread, with a warning naming them: vLLM refuses
 /// unknown weight names; a checkpoint may hold more than the model (an MTP layer beside it),
 /// so here they only warn.
-fn unread(ck: &Checkpoint) -> Vec<String> {
+fn report_unread(ck: &Checkpoint) -> Vec<String> {
     let unread = ck.unread();
     if let Some(first) = unread.first() {
         let more = if unread.len() > 1 { format!(" and {} more", unread.len() - 1) } else { String::new() };
@@ -162,7 +162,7 @@ pub fn load_encoder(path: &Path) -> Result<PoolingModel> {
         // BERT's pooler feeds only a classification head; embeddings pool the hidden states.
         ck.skip(|name| name.split('.').any(|part| part == "pooler"));
     }
-    let unread = unread(&ck);
+    let unread = report_unread(&ck);
     let pooling = pooling::PoolingConfig::read(path, pooling::PoolingType::Cls)?;
     Ok(PoolingModel {
         info: model.info.clone(),
@@ -196,7 +196,7 @@ pub fn load_decoder_for_pooling(path: &Path) -> Result<PoolingModel> {
 
 /// Config errors raised while building a model (`config: missing field …`) name no file; they
 /// come from `file` (config.json, or the GGUF whose metadata became the config).
-fn in_file(e: Error, file: &Path) -> Error {
+pub(crate) fn in_file(e: Error, file: &Path) -> Error {
     match e {
         Error::Msg(msg) => Error::file(file, msg),
         e => e,

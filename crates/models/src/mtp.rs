@@ -68,10 +68,7 @@ pub fn load(path: &Path) -> Result<Mtp> {
             with.join(", ")
         )));
     };
-    loader(&ck, &config).map_err(|e| match e {
-        Error::Msg(m) => Error::file(&path.join("config.json"), m),
-        e => e,
-    })
+    loader(&ck, &config).map_err(|e| crate::in_file(e, &path.join("config.json")))
 }
 
 impl DraftHead for Mtp {
