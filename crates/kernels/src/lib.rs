@@ -6,6 +6,8 @@
 pub mod attention;
 pub mod backend;
 pub mod bf16_matmul;
+#[cfg(target_arch = "x86_64")]
+mod dense_zmm;
 pub mod encoder_attention;
 pub mod ggml;
 pub mod isa;

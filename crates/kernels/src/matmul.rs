@@ -5,9 +5,10 @@
 //! elements `k ≡ l (mod 8)`), then a fixed horizontal sum, then the scalar tail. Tiles only
 //! decide how many of these independent reductions run side by side.
 //!
-//! Dense weights (f32/f16/bf16) are converted to f32 in registers as they are read; work is split
-//! over weight rows (`n`), and each task reads its rows from memory once for all `m` activation
-//! rows. Quantized weights take int16 activations ([`crate::qmatmul`]).
+//! Dense weights (f32/f16/bf16) are converted to f32 as they are read; work is split over weight
+//! rows (`n`), and each task reads its rows from memory once for all `m` activation rows (on
+//! AVX-512, [`crate::dense_zmm`]; thousands of rows go in chunks). Quantized weights take int16
+//! activations ([`crate::qmatmul`]).
 
 use crate::ggml::GgmlType;
 use crate::isa::{self, Tier};
@@ -31,6 +32,7 @@ impl SyncPtr {
 }
 
 /// One pool task of a dense matmul: output columns `j0..j1` (weight rows) of all `m` rows of `x`.
+#[derive(Clone, Copy)]
 pub(crate) struct DenseTask<'a> {
     pub w: &'a Weight,
     pub x: &'a [f32],
@@ -147,8 +149,15 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
     if tier == Tier::Avx512 && m >= 2 && k >= 8 {
         return PAIRS.with(|cell| {
             let mut pairs = cell.borrow_mut();
-            x86::interleave_pairs(x, m, k, &mut pairs);
-            dense_tasks(tier, x, m, w, out, &pairs)
+            let pairs = crate::dense_zmm::interleave_pairs(x, m, k, &mut pairs);
+            // Thousands of rows (embeddings) go in chunks that stay in L2 while every task
+            // meets them, rather than each task streaming all of them from L3.
+            let chunk = crate::dense_zmm::rows_per_chunk(k);
+            for i0 in (0..m).step_by(chunk) {
+                let rows = chunk.min(m - i0);
+                let (xs, ps) = (&x[i0 * k..(i0 + rows) * k], &pairs[i0 * (k / 8 * 8)..][..rows / 2 * 2 * (k / 8 * 8)]);
+                dense_tasks(tier, xs, rows, w, &mut out[i0 * n..(i0 + rows) * n], ps);
+            }
         });
     }
     dense_tasks(tier, x, m, w, out, &[])
@@ -169,7 +178,7 @@ fn dense_tasks(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32], pai
         match tier {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: this task alone writes columns j0..j1 of every output row; the tier is checked.
-            Tier::Avx512 if !pairs.is_empty() => unsafe { x86::dense_task_zmm(&task, pairs) },
+            Tier::Avx512 if !pairs.is_empty() => unsafe { crate::dense_zmm::dense_task_zmm(&task, pairs) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             Tier::Avx2 | Tier::Avx512 => unsafe { x86::dense_task(&task) },
@@ -295,7 +304,7 @@ pub(crate) mod x86 {
     /// Rows `j..j + r` exist; the CPU has AVX2/FMA/F16C; no other view of these outputs is alive.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn ymm_rows(
+    pub(crate) unsafe fn ymm_rows(
         t: &super::DenseTask,
         i: usize,
         c1: usize,
@@ -419,143 +428,6 @@ pub(crate) mod x86 {
             }
         }
     }
-
-    /// `x`'s rows two by two, eight elements of each in turn (pair `p`, step `s`: row `2p`'s
-    /// elements `8s..8s + 8`, then row `2p + 1`'s), over the `k / 8 · 8` elements of the 8-lane
-    /// reduction: one zmm then carries two rows' reductions, each in its own half.
-    pub(crate) fn interleave_pairs(x: &[f32], m: usize, k: usize, out: &mut Vec<f32>) {
-        let k8 = k / 8 * 8;
-        out.clear();
-        for p in 0..m / 2 {
-            let (a, b) = (&x[2 * p * k..][..k8], &x[(2 * p + 1) * k..][..k8]);
-            for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-                out.extend_from_slice(ca);
-                out.extend_from_slice(cb);
-            }
-        }
-    }
-
-    /// [`dense_task`] with zmm registers: each holds two activation rows' 8-lane accumulators
-    /// (the same reduction per row, so the same bits) against a weight vector converted once and
-    /// duplicated into both halves; up to eight activation rows against four weight rows at a
-    /// time. Odd last rows and groups of fewer than four weight rows take [`dense_task`]'s kernel.
-    ///
-    /// # Safety
-    /// As [`dense_task`], and the CPU has AVX-512 F/BW; `pairs` is `x` by [`interleave_pairs`].
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    pub(crate) unsafe fn dense_task_zmm(t: &super::DenseTask, pairs: &[f32]) {
-        let (w, k) = (t.w, t.w.cols);
-        let k8 = k / 8 * 8;
-        assert!(t.x.len() == t.m * k && pairs.len() == t.m / 2 * 2 * k8);
-        t.for_each_tile(|c0, c1, j, r, rows, mut next| {
-            let mut i = c0;
-            while i < c1 {
-                let np = ((c1 - i) / 2).min(4);
-                // SAFETY: rows j..j + r exist; `pairs` holds rows i.. (i is even here: chunks
-                // start at multiples of 32 and steps are of whole pairs until the last row);
-                // each output view is taken once.
-                unsafe {
-                    if r < 4 || np == 0 {
-                        i += ymm_rows(t, i, c1, j, r, rows, next);
-                    } else {
-                        let np = if np == 3 { 2 } else { np };
-                        let o = |i| t.out_row(i, j, r);
-                        let call = PairsCall { t, px: pairs[i / 2 * 2 * k8..].as_ptr(), i, rows, next };
-                        match (w.ty, np) {
-                            (GgmlType::F32, 4) => pairs_r4::<0, 4>(&call, o),
-                            (GgmlType::F32, 2) => pairs_r4::<0, 2>(&call, o),
-                            (GgmlType::F32, _) => pairs_r4::<0, 1>(&call, o),
-                            (GgmlType::F16, 4) => pairs_r4::<1, 4>(&call, o),
-                            (GgmlType::F16, 2) => pairs_r4::<1, 2>(&call, o),
-                            (GgmlType::F16, _) => pairs_r4::<1, 1>(&call, o),
-                            (_, 4) => pairs_r4::<2, 4>(&call, o),
-                            (_, 2) => pairs_r4::<2, 2>(&call, o),
-                            _ => pairs_r4::<2, 1>(&call, o),
-                        }
-                        i += 2 * np;
-                    }
-                }
-                next = std::ptr::null();
-            }
-        });
-    }
-
-    /// One call of [`pairs_r4`]: the task's activation rows `i..` (also interleaved, from `px`),
-    /// four weight rows from `rows`, and the next rows to prefetch (or null).
-    struct PairsCall<'a, 'b> {
-        t: &'a super::DenseTask<'b>,
-        px: *const f32,
-        i: usize,
-        rows: *const u8,
-        next: *const u8,
-    }
-
-    /// Eight weight elements from `i` (type `T` as in [`super::load1`]) in both halves of a zmm.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
-    unsafe fn load8x2<const T: u8>(p: *const u8, i: usize) -> __m512 {
-        // SAFETY: elements i..i + 8 exist (the caller).
-        unsafe {
-            match T {
-                0 => _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(p.add(4 * i) as *const f64))),
-                1 => _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(2 * i) as *const __m128i))),
-                _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(
-                    _mm_loadu_si128(p.add(2 * i) as *const __m128i),
-                )))),
-            }
-        }
-    }
-
-    /// `2P` activation rows against four weight rows of type `T`; `dst(row)` is where row
-    /// `row`'s four outputs go.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn pairs_r4<'o, const T: u8, const P: usize>(c: &PairsCall, dst: impl Fn(usize) -> &'o mut [f32]) {
-        let (k, rb) = (c.t.w.cols, c.t.w.row_bytes());
-        let k8 = k / 8 * 8;
-        let esize = size_of_elem::<T>();
-        let mut acc = [[_mm512_setzero_ps(); P]; 4];
-        let mut s = 0;
-        // SAFETY: P pairs of k8 interleaved elements at px, four rows of k elements at rows.
-        unsafe {
-            while s < k8 {
-                if !c.next.is_null() {
-                    prefetch_lines(c.next.wrapping_add(s * 4 * esize), 8 * 4 * esize);
-                }
-                let mut xv = [_mm512_setzero_ps(); P];
-                for (q, v) in xv.iter_mut().enumerate() {
-                    *v = _mm512_loadu_ps(c.px.add(q * 2 * k8 + 2 * s));
-                }
-                for (rr, acc_r) in acc.iter_mut().enumerate() {
-                    let wv = load8x2::<T>(c.rows.add(rr * rb), s);
-                    for (a, xq) in acc_r.iter_mut().zip(xv) {
-                        *a = _mm512_fmadd_ps(xq, wv, *a);
-                    }
-                }
-                s += 8;
-            }
-            #[allow(clippy::needless_range_loop)] // q indexes the inner arrays of acc
-            for q in 0..P {
-                for h in 0..2 {
-                    let row = c.i + 2 * q + h;
-                    let xrow = c.t.x_row(row);
-                    for (rr, v) in dst(row).iter_mut().enumerate() {
-                        let a = acc[rr][q];
-                        let half = if h == 0 {
-                            _mm512_castps512_ps256(a)
-                        } else {
-                            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)))
-                        };
-                        let mut sum = hsum(half);
-                        for (t, &xt) in xrow.iter().enumerate().skip(k8) {
-                            sum += xt * super::load1::<T>(c.rows.add(rr * rb), t);
-                        }
-                        *v = sum;
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -598,9 +470,10 @@ mod tests {
 
     #[test]
     fn row_results_do_not_depend_on_batch_size_and_tiers_agree() {
-        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-            // k = 260 has a tail after the last full 8-lane step.
-            let k = 260;
+        // k = 260 and 1100 have a tail after the last full 8-lane step; 1100 also takes the
+        // AVX-512 kernel's k-blocks, and 4100 its chunks of rows (62 at a time).
+        let sizes = [260, 1100, 4100];
+        for (ty, k) in [GgmlType::F32, GgmlType::F16, GgmlType::BF16].into_iter().flat_map(|t| sizes.map(|k| (t, k))) {
             let w = quantize_random(ty, 70, k, 3);
             // 70 activation rows: two full chunks of 32 and a part, an even and an odd count.
             let x = rand_vec(70 * k, 5);
@@ -615,8 +488,9 @@ mod tests {
                     matmul_dense(tier, &x[i * k..(i + 1) * k], 1, &w, &mut one);
                     assert_eq!(one, all[i * 70..(i + 1) * 70], "{tier:?} {} row {i}", ty.name());
                 }
-                // Rows go in pairs (and a single last row).
-                for m in 2..=4 {
+                // Rows go in pairs (and a single last row), up to six pairs a block; f16/bf16
+                // weights are converted from 24 rows on.
+                for m in [2, 3, 4, 11, 13, 23, 24, 25, 37] {
                     let mut few = vec![0f32; m * 70];
                     matmul_dense(tier, &x[3 * k..(3 + m) * k], m, &w, &mut few);
                     assert_eq!(few, all[3 * 70..(3 + m) * 70], "{tier:?} {} {m} rows", ty.name());

@@ -303,22 +303,59 @@ pub(crate) fn gated_activation_on(tier: crate::isa::Tier, act: Activation, gate:
 }
 
 /// torch's `nn.LayerNorm` of every `w.len()`-sized row of `x` in place, `bias` optional. Mean
-/// and variance are summed in f64: one order for every row (batch invariance) and closer to
-/// the exact value than any f32 order.
+/// and variance are summed in f64 over eight lanes ([`sum_f64`]): one order for every row (batch
+/// invariance) and closer to the exact value than any f32 order.
 pub fn layer_norm_rows(x: &mut [f32], w: &[f32], bias: Option<&[f32]>, eps: f32) {
+    layer_norm_rows_on(crate::isa::tier(), x, w, bias, eps)
+}
+
+/// [`layer_norm_rows`] on a given tier; every tier gives the same bits.
+pub fn layer_norm_rows_on(tier: crate::isa::Tier, x: &mut [f32], w: &[f32], bias: Option<&[f32]>, eps: f32) {
     let d = w.len();
     crate::pool::rows_mut(x, d, crate::pool::min_rows(d), |_, rows| {
-        for x in rows.chunks_exact_mut(d) {
-            let n = x.len() as f64;
-            let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-            let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-            let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
-            let mean = mean as f32;
-            for (i, (v, w)) in x.iter_mut().zip(w).enumerate() {
-                *v = (*v - mean) * inv * w + bias.map_or(0.0, |b| b[i]);
-            }
+        #[cfg(target_arch = "x86_64")]
+        if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
+            // SAFETY: the tier says the CPU has AVX2.
+            return unsafe { x86::layer_norm_avx2(rows, w, bias, eps) };
         }
+        layer_norm(rows, w, bias, eps)
     });
+}
+
+/// [`layer_norm_rows`] of these rows, on this thread.
+#[inline(always)]
+fn layer_norm(rows: &mut [f32], w: &[f32], bias: Option<&[f32]>, eps: f32) {
+    for x in rows.chunks_exact_mut(w.len()) {
+        let n = x.len() as f64;
+        let mean = sum_f64(x, |v| v as f64) / n;
+        let var = sum_f64(x, |v| (v as f64 - mean) * (v as f64 - mean)) / n;
+        let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+        let mean = mean as f32;
+        match bias {
+            Some(b) => x.iter_mut().zip(w).zip(b).for_each(|((v, w), b)| *v = (*v - mean) * inv * w + b),
+            None => x.iter_mut().zip(w).for_each(|(v, w)| *v = (*v - mean) * inv * w),
+        }
+    }
+}
+
+/// `Σ f(x_i)` in f64: eight lanes (lane `l` sums the `i ≡ l mod 8` in order), added as
+/// [`crate::matmul::hsum8`] adds, then the tail. Eight independent chains vectorize, where one
+/// chain waits on every add.
+#[inline(always)]
+fn sum_f64(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..8 {
+            acc[l] += f(c[l]);
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for &v in tail {
+        s += f(v);
+    }
+    s
 }
 
 /// Index of the largest value (the first one on ties, as `torch.argmax`).
@@ -406,7 +443,14 @@ pub fn exp(x: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{ERFC_A, ERFC_P, EXP_C, LN2_HI, LN2_LO, LOG2E};
+
     use std::arch::x86_64::*;
+
+    /// [`super::layer_norm`] compiled for AVX2: the same operations, so the same bits.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn layer_norm_avx2(rows: &mut [f32], w: &[f32], bias: Option<&[f32]>, eps: f32) {
+        super::layer_norm(rows, w, bias, eps)
+    }
 
     /// [`super::gelu_erf`] for the whole octets, the scalar arithmetic lane by lane; returns
     /// how many elements were done.
@@ -581,6 +625,36 @@ mod tests {
         for i in 0..96 {
             let want = x[i] as f64 / (ms + 1e-6).sqrt() * (1.0 + w[i] as f64);
             assert!((y[i] as f64 - want).abs() < 1e-5, "{i}");
+        }
+    }
+
+    /// LayerNorm against f64 on rows with an 8-lane tail, the same bits on every tier, each row
+    /// as alone.
+    #[test]
+    fn layer_norm_matches_f64_and_gives_the_same_bits_on_every_tier() {
+        let (rows, d) = (37, 389);
+        let (x, w, b) = (rand_vec(rows * d, 1), rand_vec(d, 2), rand_vec(d, 3));
+        let mut first: Option<Vec<f32>> = None;
+        for tier in crate::isa::Tier::available() {
+            for bias in [None, Some(&b[..])] {
+                let mut y = x.clone();
+                layer_norm_rows_on(tier, &mut y, &w, bias, 1e-5);
+                for (r, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact(d)).enumerate() {
+                    let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+                    let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+                    for i in 0..d {
+                        let want = (xr[i] as f64 - mean) / (var + 1e-5).sqrt() * w[i] as f64
+                            + bias.map_or(0.0, |b| b[i] as f64);
+                        assert!((yr[i] as f64 - want).abs() < 1e-5, "{tier:?} row {r} {i}");
+                    }
+                    let mut alone = xr.to_vec();
+                    layer_norm_rows_on(tier, &mut alone, &w, bias, 1e-5);
+                    assert_eq!(alone, yr, "{tier:?} row {r} alone");
+                }
+                if bias.is_some() {
+                    assert_eq!(&y, first.get_or_insert_with(|| y.clone()), "{tier:?} differs from the scalar tier");
+                }
+            }
         }
     }
 
