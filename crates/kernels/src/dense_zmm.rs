@@ -17,7 +17,8 @@
 //! (BENCHMARKS.md).
 
 use crate::ggml::GgmlType;
-use crate::matmul::{DenseTask, load1, x86::prefetch_lines};
+use crate::matmul::x86::{prefetch_lines, size_of_elem};
+use crate::matmul::{DenseTask, load1};
 use std::arch::x86_64::*;
 
 /// Activation rows a call takes, in pairs.
@@ -280,7 +281,7 @@ unsafe fn load8x2<const T: u8>(p: *const u8, i: usize) -> __m512 {
 unsafe fn pairs_r4<const T: u8, const P: usize>(c: &Call) {
     let (k, rb) = (c.t.w.cols, c.rb);
     let k8 = k / 8 * 8;
-    let esize = if T == 0 { 4 } else { 2 };
+    let esize = size_of_elem::<T>();
     let carry = c.carry as *mut [[__m512; P]; 4];
     // SAFETY: P pairs of k8 interleaved elements at px, four rows of k elements at rows; `carry`
     // holds this call's accumulators from the previous k-block when `s0 > 0`.

@@ -141,17 +141,15 @@ impl Rows<'_> {
                     while j + 8 <= keys.end {
                         let ks = &self.k[(start + j) * width + h * p.head_dim..][..7 * width + p.head_dim];
                         // SAFETY: the tier says the CPU has AVX2.
-                        let d = unsafe { x86::dots8(qh, ks, width) };
-                        for (jj, dj) in (j..j + 8).zip(d) {
-                            let b = self.bias.as_ref().map_or(0.0, |b| b.get(h, i, jj));
-                            scores.push(dj * p.scale + b);
-                        }
+                        scores.extend_from_slice(&unsafe { x86::dots8(qh, ks, width) });
                         j += 8;
                     }
                 }
                 for j in j..keys.end {
-                    let b = self.bias.as_ref().map_or(0.0, |b| b.get(h, i, j));
-                    scores.push(dot(qh, &self.k[(start + j) * width..][cols.clone()]) * p.scale + b);
+                    scores.push(dot(qh, &self.k[(start + j) * width..][cols.clone()]));
+                }
+                for (j, s) in keys.clone().zip(scores.iter_mut()) {
+                    *s = *s * p.scale + self.bias.as_ref().map_or(0.0, |b| b.get(h, i, j));
                 }
                 ops::softmax_on(self.tier, &mut scores);
                 let vs = &self.v[start * width + h * p.head_dim..];

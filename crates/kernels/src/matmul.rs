@@ -152,10 +152,10 @@ pub fn matmul_dense(tier: Tier, x: &[f32], m: usize, w: &Weight, out: &mut [f32]
             let pairs = crate::dense_zmm::interleave_pairs(x, m, k, &mut pairs);
             // Thousands of rows (embeddings) go in chunks that stay in L2 while every task
             // meets them, rather than each task streaming all of them from L3.
-            let chunk = crate::dense_zmm::rows_per_chunk(k);
+            let (chunk, k8) = (crate::dense_zmm::rows_per_chunk(k), k / 8 * 8);
             for i0 in (0..m).step_by(chunk) {
                 let rows = chunk.min(m - i0);
-                let (xs, ps) = (&x[i0 * k..(i0 + rows) * k], &pairs[i0 * (k / 8 * 8)..][..rows / 2 * 2 * (k / 8 * 8)]);
+                let (xs, ps) = (&x[i0 * k..(i0 + rows) * k], &pairs[i0 * k8..][..rows / 2 * 2 * k8]);
                 dense_tasks(tier, xs, rows, w, &mut out[i0 * n..(i0 + rows) * n], ps);
             }
         });
@@ -242,9 +242,9 @@ pub(crate) fn hsum16(a: &[f32; 16]) -> f32 {
     hsum8(&std::array::from_fn(|l| a[l] + a[l + 8]))
 }
 
-/// Sum of 8 lanes in the association the SIMD tiers use.
+/// Sum of 8 lanes in the association the SIMD tiers use (f32 here, f64 in LayerNorm's sums).
 #[inline]
-pub(crate) fn hsum8(a: &[f32; 8]) -> f32 {
+pub(crate) fn hsum8<T: Copy + std::ops::Add<Output = T>>(a: &[T; 8]) -> T {
     ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
 }
 
@@ -266,7 +266,8 @@ pub(crate) mod x86 {
         _mm_cvtss_f32(s1)
     }
 
-    const fn size_of_elem<const T: u8>() -> usize {
+    /// Bytes of an element of type `T` (as in [`super::load1`]).
+    pub(crate) const fn size_of_elem<const T: u8>() -> usize {
         if T == 0 { 4 } else { 2 }
     }
 

@@ -351,7 +351,7 @@ fn sum_f64(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
             acc[l] += f(c[l]);
         }
     }
-    let mut s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    let mut s = crate::matmul::hsum8(&acc);
     for &v in tail {
         s += f(v);
     }
@@ -443,7 +443,6 @@ pub fn exp(x: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{ERFC_A, ERFC_P, EXP_C, LN2_HI, LN2_LO, LOG2E};
-
     use std::arch::x86_64::*;
 
     /// [`super::layer_norm`] compiled for AVX2: the same operations, so the same bits.
