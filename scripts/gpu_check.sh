@@ -11,8 +11,9 @@
 #
 # `run` records nvidia-smi, runs the kernel check program (every CUDA kernel against the CPU
 # scalar reference on random data, and batch invariance: $OUT/kernels/results.tsv and
-# summary.txt), and checks that `vllm-rs --device cuda` finds the GPU and still refuses to
-# start, naming what is missing, while `--device auto` says it takes the CPU.
+# summary.txt), the models on the CUDA backend (crates/cuda/tests/models.rs: tiny checkpoints
+# against transformers' goldens and the CPU's bits), and checks that `vllm-rs generate
+# --device cuda` gives `--device cpu`'s output and that `--device auto` takes the GPU.
 # Exit status: 0 when every check passed.
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,10 +24,16 @@ prepare() {
   cd "$REPO"
   cargo build --release -p vllm-rs --features cuda
   cargo build --release -p vllm-rs-cuda --features cuda --example cuda_check
+  local models
+  models=$(cargo test --release -p vllm-rs-cuda --features cuda --test models --no-run --message-format=json |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
   rm -rf "$DIR"
-  mkdir -p "$DIR"
+  mkdir -p "$DIR/tokenizer"
   cp target/release/vllm-rs target/release/examples/cuda_check "$DIR/"
-  strip "$DIR/vllm-rs" "$DIR/cuda_check"
+  cp "$models" "$DIR/models"
+  strip "$DIR/vllm-rs" "$DIR/cuda_check" "$DIR/models"
+  # SmolLM2's tokenizer for the tiny Llama's generate check (the fetched models are not carried).
+  cp "${VLLM_RS_TEST_MODELS:-$REPO/.models}"/hf/smollm2-135m-instruct-from-q4_1/tokenizer*.json "$DIR/tokenizer/"
   git rev-parse HEAD >"$DIR/commit"
   du -sh "$DIR"
   echo "gpu_check: prepared $DIR (carry it: carry=[\"target/gpu-check\"])"
@@ -50,21 +57,25 @@ run() {
   else
     echo "kernels: NOTE: some values differ in their bits from the CPU's (results.tsv, bits_differ)" >&2
   fi
-  # 2. The binary sees the GPU, refuses --device cuda saying why, and --device auto takes the CPU.
-  local log=$out/device.log
-  "$DIR/vllm-rs" generate --model /nonexistent --prompt x --device cuda >"$log" 2>&1
-  local cuda_rc=$?
-  if [ $cuda_rc -ne 0 ] && grep -q "does not run on a GPU yet" "$log" && grep -q "the GPU is there" "$log"; then
-    echo "device cuda: refused, naming the GPU (ok)"
+  # 2. The models on the CUDA backend.
+  VLLM_RS_REPO=$REPO "$DIR/models" --test-threads 1 --nocapture >"$out/models.log" 2>&1 || rc=1
+  grep -E "^test |GPU ids|test result" "$out/models.log"
+  # 3. The binary on the GPU: --device cuda gives --device cpu's output; --device auto takes the GPU.
+  local gen=("$DIR/vllm-rs" generate --model "$REPO/tests/data/tiny/llama" --tokenizer "$DIR/tokenizer"
+    --prompt "a b c d e" --max-tokens 8 --temperature 0 --ignore-eos --json)
+  for device in cpu cuda auto; do
+    "${gen[@]}" --device $device >"$out/generate-$device.json" 2>"$out/generate-$device.log" || rc=1
+  done
+  if cmp -s "$out/generate-cpu.json" "$out/generate-cuda.json" && grep -q "running on cuda" "$out/generate-cuda.log"; then
+    echo "device cuda: the CPU's output (ok)"
   else
-    echo "device cuda: unexpected (exit $cuda_rc), see device.log" >&2
+    echo "device cuda: other output than the CPU's, or not on the GPU: see generate-*.json/log" >&2
     rc=1
   fi
-  "$DIR/vllm-rs" generate --model /nonexistent --prompt x --device auto >>"$log" 2>&1
-  if grep -q -- "--device auto: .* found; running on the CPU" "$log"; then
-    echo "device auto: the GPU is found, the CPU is used, and the log says so (ok)"
+  if grep -q -- "--device auto: running on cuda" "$out/generate-auto.log"; then
+    echo "device auto: takes the GPU and says so (ok)"
   else
-    echo "device auto: no log line naming the GPU, see device.log" >&2
+    echo "device auto: no log line naming the GPU, see generate-auto.log" >&2
     rc=1
   fi
   echo "gpu_check: $([ $rc -eq 0 ] && echo PASSED || echo FAILED); results in $out"

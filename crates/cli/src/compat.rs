@@ -65,8 +65,9 @@ pub struct VllmCompatArgs {
     #[arg(long)]
     pub swap_space: Option<f64>,
 
-    /// `auto`, `cpu` or `cuda`. The engine runs on the CPU so far: `cuda` is refused saying
-    /// what is missing, `auto` takes the CPU (and says why when a GPU is present).
+    /// `auto`, `cpu` or `cuda`. `cuda` (a binary built with `--features cuda`) runs the
+    /// matmuls and attention on the first GPU, weights and K/V cache in its memory, the other
+    /// ops on the CPU; `auto` takes the GPU when one is usable, else the CPU, and logs which.
     #[arg(long, default_value = "auto")]
     pub device: String,
 
@@ -157,7 +158,6 @@ impl VllmCompatArgs {
                 "--quantization {q}: only GGUF files are read (quantization gguf); {q} checkpoints are not supported yet"
             );
         }
-        crate::device::select(&self.device)?;
         for (flag, v) in
             [("--mamba-cache-dtype", &self.mamba_cache_dtype), ("--mamba-ssm-cache-dtype", &self.mamba_ssm_cache_dtype)]
         {

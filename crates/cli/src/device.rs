@@ -1,16 +1,16 @@
 //! `--device auto|cpu|cuda`: where the model runs.
 //!
-//! The engine runs on the CPU only so far. The CUDA kernels exist (crates/cuda, built into the
-//! binary with `--features cuda`), but the model layers reach the hardware through the kernels'
-//! `Backend` trait on host buffers, and no backend keeps tensors on a GPU yet (issue 31). So
-//! `cuda` stops start-up saying what is missing on this machine and in this binary, and `auto`
-//! takes the CPU, saying why when a GPU is there: a run never lands on the CPU silently when a
-//! GPU was asked for.
+//! `cuda` runs the model's matmuls and attention on the first GPU, with the weights and the K/V
+//! cache in its memory (crates/cuda, built into the binary with `--features cuda`); the other
+//! ops run on the CPU. It stops start-up, saying why, where that cannot be done. `auto` takes
+//! the GPU when one is found and usable, else the CPU, and says which: a run never lands on the
+//! CPU silently when a GPU was there.
 
-use anyhow::{Result, bail};
-use tracing::info;
+use anyhow::{Result, anyhow, bail};
+use tracing::{info, warn};
 use vllm_rs_cuda::Probe;
 
+/// Chooses the process's backend; call once, before the model is loaded.
 pub fn select(device: &str) -> Result<()> {
     match device {
         "cpu" => Ok(()),
@@ -18,27 +18,28 @@ pub fn select(device: &str) -> Result<()> {
             // Without the cuda feature there is nothing to ask (and nothing to load).
             if vllm_rs_cuda::BUILT_WITH_CUDA {
                 match vllm_rs_cuda::probe() {
-                    found @ Probe::Found(_) => {
-                        info!("--device auto: {found} found; running on the CPU (the engine does not run on a GPU yet)")
-                    }
+                    Probe::Found(_) => match vllm_rs_cuda::run_on_gpu(0) {
+                        Ok(name) => log_gpu("--device auto", name),
+                        Err(e) => warn!("--device auto: the GPU cannot be used ({e}); running on the CPU"),
+                    },
                     other => info!("--device auto: running on the CPU ({other})"),
                 }
             }
             Ok(())
         }
         "cuda" => {
-            let probe = vllm_rs_cuda::probe();
-            let here = match &probe {
-                Probe::Found(_) => format!("the GPU is there ({probe}) and the kernels are built in"),
-                Probe::NotBuilt => format!("besides, {probe}"),
-                other => format!("besides, on this machine: {other}"),
-            };
-            bail!(
-                "--device cuda: the engine does not run on a GPU yet: the CUDA kernels exist (crates/cuda) but the model \
-                 layers have no GPU backend that keeps weights and the KV cache in device memory (issue 31); {here}. \
-                 Use --device cpu or auto"
-            )
+            let name =
+                vllm_rs_cuda::run_on_gpu(0).map_err(|e| anyhow!("--device cuda: {e}. Use --device cpu or auto"))?;
+            log_gpu("--device cuda", name);
+            Ok(())
         }
         other => bail!("--device {other}: expected auto, cpu or cuda"),
     }
+}
+
+fn log_gpu(flag: &str, name: &str) {
+    info!(
+        "{flag}: running on {name}: matmuls and attention on the GPU (weights and the K/V cache in its memory), \
+         the other ops on the CPU"
+    );
 }

@@ -80,6 +80,7 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
         vllm_rs_kernels::pool::init_global(n);
     }
     let tier = vllm_rs_kernels::isa::try_init().map_err(anyhow::Error::msg)?;
+    crate::device::select(&args.vllm.device)?;
     let backend = vllm_rs_kernels::backend::default().name();
     info!("compute: the {backend} backend, {} threads", vllm_rs_kernels::pool::global().n_threads());
 

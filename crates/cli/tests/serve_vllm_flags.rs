@@ -143,7 +143,7 @@ fn flags_that_cannot_be_honoured_are_refused() {
     for (flag, value, says) in [
         ("-tp", "2", "one process serves one model"),
         ("--quantization", "awq", "only GGUF files are read"),
-        ("--device", "cuda", "the engine does not run on a GPU yet"),
+        ("--device", "cuda", "built without CUDA support"),
         ("--device", "tpu", "expected auto, cpu or cuda"),
         ("--dtype", "int8", "expected auto, float32"),
         ("--gpu-memory-utilization", "1.5", "must be in (0, 1]"),

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -206,7 +207,12 @@ API CUresult cuDeviceGetAttribute(int* v, int attrib, int) {
     *v = attrib == 75 ? 8 : 0;
     return OK;
 }
-API CUresult cuDeviceTotalMem_v2(size_t* bytes, int) { *bytes = size_t(1) << 30; return OK; }
+// The device's memory: 1 GiB, counted, so that running out of it is reported as on a GPU.
+static const size_t TOTAL_MEM = size_t(1) << 30;
+static std::mutex mem_lock;
+static std::map<CUdeviceptr, size_t> allocations;
+static size_t allocated;
+API CUresult cuDeviceTotalMem_v2(size_t* bytes, int) { *bytes = TOTAL_MEM; return OK; }
 API CUresult cuDevicePrimaryCtxRetain(void** ctx, int) { *ctx = &ctx_token; return OK; }
 API CUresult cuDevicePrimaryCtxRelease_v2(int) { return OK; }
 API CUresult cuCtxSetCurrent(void*) { return OK; }
@@ -219,10 +225,24 @@ API CUresult cuEventRecord(void*, void*) { return OK; }
 API CUresult cuEventSynchronize(void*) { return OK; }
 API CUresult cuEventDestroy_v2(void*) { return OK; }
 API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+    std::lock_guard<std::mutex> g(mem_lock);
+    if (bytes > TOTAL_MEM - allocated) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
     *p = (CUdeviceptr)calloc(bytes ? bytes : 1, 1);
-    return *p ? OK : 2;
+    if (!*p) return 2;
+    allocations[*p] = bytes;
+    allocated += bytes;
+    return OK;
 }
-API CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)p); return OK; }
+API CUresult cuMemFree_v2(CUdeviceptr p) {
+    std::lock_guard<std::mutex> g(mem_lock);
+    auto it = allocations.find(p);
+    if (it != allocations.end()) {
+        allocated -= it->second;
+        allocations.erase(it);
+    }
+    free((void*)p);
+    return OK;
+}
 API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)p, v, n); return OK; }
 API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void*) { return cuMemsetD8_v2(p, v, n); }
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { memcpy((void*)d, s, n); return OK; }

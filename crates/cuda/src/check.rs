@@ -245,9 +245,9 @@ fn matmuls(gpu: &Gpu, out: &mut Vec<CheckResult>) -> Result<()> {
 }
 
 fn gpu_matmul(gpu: &Gpu, x: &[f32], m: usize, w: &DeviceWeight) -> Result<Vec<f32>> {
-    let mut acts = DeviceActs::new(gpu, m, w.cols.next_multiple_of(32))?;
+    let mut acts = if w.ty.is_quantized() { Some(DeviceActs::new(gpu, m, w.cols)?) } else { None };
     let mut dout = gpu.zeros(m * w.rows)?;
-    gpu.matmul(&gpu.upload(x)?, m, w, &mut acts, &mut dout)?;
+    gpu.matmul(&gpu.upload(x)?, m, w, acts.as_mut(), &mut dout)?;
     gpu.download(&dout)
 }
 

@@ -10,12 +10,14 @@
 //! keeps one reduction order whatever the batch; `check` compares each with that reference on
 //! random data (`examples/cuda_check.rs` on a GPU machine, `scripts/gpu_check.sh`).
 //!
-//! What is missing before the engine runs on a GPU: device buffers in the `Backend` trait
-//! (see README.md).
+//! [`Cuda`] is the engine's backend on a GPU: weights and the K/V cache in device memory, the
+//! activations still on the host (README.md says what comes next).
 
 mod probe;
 pub use probe::{GpuInfo, Probe, probe};
 
+#[cfg(feature = "cuda")]
+mod backend;
 #[cfg(feature = "cuda")]
 pub mod check;
 #[cfg(feature = "cuda")]
@@ -23,12 +25,32 @@ mod gpu;
 #[cfg(feature = "cuda")]
 mod ops;
 #[cfg(feature = "cuda")]
+pub use backend::{Cuda, GpuCounts};
+#[cfg(feature = "cuda")]
 pub use gpu::{Error, Gpu};
 #[cfg(feature = "cuda")]
 pub use ops::{DeviceActs, DeviceWeight, PagedBatch, TableExtent};
 
 /// Whether this build has the CUDA runtime (the `cuda` feature).
 pub const BUILT_WITH_CUDA: bool = cfg!(feature = "cuda");
+
+/// Makes the CUDA backend on GPU `ordinal` the process's backend (every model workspace made
+/// afterwards runs on it); returns its name. Refused, saying why, without the `cuda` feature,
+/// without a usable GPU, or when a backend was already chosen.
+pub fn run_on_gpu(ordinal: usize) -> Result<&'static str, String> {
+    #[cfg(feature = "cuda")]
+    {
+        use vllm_rs_kernels::Backend;
+        let cuda = Cuda::leak(Gpu::open(ordinal).map_err(|e| e.to_string())?);
+        vllm_rs_kernels::backend::set_default(cuda)?;
+        Ok(cuda.name())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        Err(Probe::NotBuilt.to_string())
+    }
+}
 
 /// The embedded PTX modules: (name, text), written by `scripts/build_ptx.py`.
 #[cfg(feature = "cuda")]

@@ -44,12 +44,16 @@ pub struct DeviceWeight {
 }
 
 impl DeviceWeight {
+    /// Whether the matmul kernels take weights of type `ty`.
+    pub fn supports(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4K)
+    }
+
     /// Copies `w`'s bytes to the device; formats without a kernel yet are refused.
     pub fn upload(gpu: &Gpu, w: &Weight) -> Result<DeviceWeight> {
-        ensure(
-            matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4K),
-            || format!("{} weights have no CUDA kernel yet (F32, F16, BF16, Q8_0, Q4_K have)", w.ty.name()),
-        )?;
+        ensure(DeviceWeight::supports(w.ty), || {
+            format!("{} weights have no CUDA kernel yet (F32, F16, BF16, Q8_0, Q4_K have)", w.ty.name())
+        })?;
         Ok(DeviceWeight { ty: w.ty, rows: w.rows, cols: w.cols, bytes: gpu.upload(w.bytes())? })
     }
 
@@ -335,14 +339,14 @@ impl Gpu {
         Ok(())
     }
 
-    /// `out = x · wᵀ` (`x` is `m × w.cols`); quantized weights take `acts` as scratch for
-    /// the int16 activations.
+    /// `out = x · wᵀ` (`x` is `m × w.cols`); quantized weights need `acts` as scratch for
+    /// the int16 activations (dense ones take none).
     pub fn matmul(
         &self,
         x: &CudaSlice<f32>,
         m: usize,
         w: &DeviceWeight,
-        acts: &mut DeviceActs,
+        acts: Option<&mut DeviceActs>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let (n, k) = (w.rows, w.cols);
@@ -358,6 +362,7 @@ impl Gpu {
             unsafe { b.launch(launch_cfg((n.div_ceil(16), m.div_ceil(4)), 128)?) }.ctx("dense matmul")?;
             return Ok(());
         }
+        let acts = acts.ok_or_else(|| Error(format!("matmul: {} weights need an activations scratch", w.ty.name())))?;
         ensure(acts.m == m && acts.k == k, || format!("matmul: activations scratch is {} × {}", acts.m, acts.k))?;
         self.quantize_acts(x, acts)?;
         let rb = w.row_bytes() as u64;

@@ -229,6 +229,16 @@ impl EngineCore {
             },
         });
         let mut runner = ModelRunner::new(model, &config, &layout);
+        let backend = vllm_rs_kernels::backend::default();
+        backend.prepare_kv(&mut runner.kv).map_err(|e| {
+            EngineError::InvalidRequest(format!(
+                "the KV cache ({} blocks of {} tokens) cannot be placed on {}: {e}; give it less memory \
+                 (--kv-cache-memory or --gpu-memory-utilization)",
+                config.num_blocks,
+                config.block_size,
+                backend.name()
+            ))
+        })?;
         if let Some(c) = config.speculative_config.as_ref().filter(|c| c.has_weights()) {
             let draft =
                 draft.ok_or_else(|| EngineError::InvalidRequest(format!("{}: no draft weights given", c.method)))?;

@@ -78,6 +78,9 @@ pub struct KvCache {
     /// empty for paged layers.
     states: Vec<Vec<f32>>,
     state_elements: Vec<usize>,
+    /// A device backend's mirror of the K/V tensors, made by its first K/V write. The host
+    /// tensors are written too, so a backend may read either.
+    pub device: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl KvCache {
@@ -122,6 +125,7 @@ impl KvCache {
             layer_group: layer_group.to_vec(),
             states: Vec::new(),
             state_elements: Vec::new(),
+            device: None,
         }
     }
 
@@ -151,6 +155,11 @@ impl KvCache {
     /// The storage layer `layer` attends over.
     pub fn layer(&self, layer: usize) -> &LayerKvCache {
         &self.tensors[self.layer_tensor[layer]]
+    }
+
+    /// The index in [`KvCache::tensors`] of the tensor layer `layer` uses.
+    pub fn tensor_of(&self, layer: usize) -> usize {
+        self.layer_tensor[layer]
     }
 
     /// The KV cache group of `layer` (which block tables and slot mapping it uses).

@@ -7,9 +7,12 @@
 //! data (`tests/backend_ops.rs`), and the model tests decode with every backend [`available`].
 //!
 //! Buffers are host slices of f32 and weights are [`Weight`]s: the CPU backend's own types. A
-//! device backend keeps its tensors resident and needs buffer handles in these signatures; as
-//! every computation of a model now goes through this trait, that change is confined to it and
-//! its callers' buffer types, not to the arithmetic of each layer.
+//! device backend ([`set_default`]; the CUDA one in `crates/cuda`) keeps its copies of weights
+//! and the K/V cache in the slots those types hold for it ([`crate::weight::DeviceCopy`],
+//! [`KvCache::device`]) and moves the activations per call. Keeping activations resident needs
+//! buffer handles in these signatures; as every computation of a model goes through this trait,
+//! that change is confined to it and its callers' buffer types, not to the arithmetic of each
+//! layer.
 
 use crate::attention::{AttentionParams, KvCache, SeqAttention, paged_attention_on};
 use crate::encoder_attention::{EncoderAttentionParams, RelativeBias, encoder_attention_on};
@@ -17,6 +20,7 @@ use crate::isa::Tier;
 use crate::ops::{self, Activation, RopeTable};
 use crate::weight::Weight;
 use crate::{matmul, pool, recurrent};
+use std::sync::OnceLock;
 
 /// Every op the models call. All of them are row-wise or batch-invariant: a row's result never
 /// depends on the other rows of the batch (see the module docs of each kernel).
@@ -153,6 +157,13 @@ pub trait Backend: Send + Sync {
         out.extend(logits.chunks_exact(vocab).map(ops::argmax));
     }
 
+    /// Makes this backend's own copy of `kv` now (a device backend's: the whole cache in its
+    /// memory), so that a cache it cannot hold fails at start-up rather than at the first
+    /// request. The CPU has nothing to do.
+    fn prepare_kv(&self, _kv: &mut KvCache) -> Result<(), String> {
+        Ok(())
+    }
+
     /// `log_softmax` of one row (an f64 normalizer), for logprobs.
     fn log_softmax(&self, logits: &[f32]) -> Vec<f32> {
         ops::log_softmax(logits)
@@ -180,14 +191,29 @@ impl Cpu {
     }
 }
 
-/// The process's backend: the CPU on the tier in use ([`crate::isa::tier`], `VLLM_RS_ISA`).
-pub fn default() -> &'static dyn Backend {
-    Cpu::on(crate::isa::tier()).expect("the tier in use is supported")
+/// A device backend chosen for the process ([`set_default`]).
+static DEVICE: OnceLock<&'static dyn Backend> = OnceLock::new();
+
+/// Makes `be` (a GPU's backend, `--device cuda`) the process's backend: every workspace made
+/// after this call runs on it. Once per process; a second call is refused.
+pub fn set_default(be: &'static dyn Backend) -> Result<(), String> {
+    DEVICE.set(be).map_err(|old| format!("the process already runs on {}", old.name()))
 }
 
-/// Every backend this machine can run, the reference (scalar CPU) first.
+/// The process's backend: the one given to [`set_default`], else the CPU on the tier in use
+/// ([`crate::isa::tier`], `VLLM_RS_ISA`).
+pub fn default() -> &'static dyn Backend {
+    match DEVICE.get() {
+        Some(&be) => be,
+        None => Cpu::on(crate::isa::tier()).expect("the tier in use is supported"),
+    }
+}
+
+/// Every backend this machine can run, the reference (scalar CPU) first, then the CPU's other
+/// tiers and the device backend, if one was set.
 pub fn available() -> Vec<&'static dyn Backend> {
-    Tier::available().into_iter().filter_map(Cpu::on).map(|c| c as &dyn Backend).collect()
+    let cpus = Tier::available().into_iter().filter_map(Cpu::on).map(|c| c as &dyn Backend);
+    cpus.chain(DEVICE.get().copied()).collect()
 }
 
 impl Backend for Cpu {

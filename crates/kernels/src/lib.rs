@@ -31,4 +31,4 @@ pub mod weight;
 
 pub use backend::Backend;
 pub use ggml::GgmlType;
-pub use weight::{Storage, Weight};
+pub use weight::{DeviceCopy, Storage, Weight};

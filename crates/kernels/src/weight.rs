@@ -5,8 +5,9 @@ use crate::ggml::{self, GgmlType};
 use crate::packed::Packed;
 use crate::packed_bf16::PackedBf16;
 use memmap2::Mmap;
+use std::any::Any;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Bytes backing a tensor: a window into a shared memory map, or an owned buffer
 /// (for tensors a loader had to transform, e.g. un-permuted or `w - 1` norms).
@@ -62,6 +63,25 @@ pub struct Weight {
     pub packed: Option<Arc<Packed>>,
     /// A dense weight rounded to bf16 for the bf16 compute mode ([`Weight::for_matmul`]).
     pub bf16: Option<Arc<PackedBf16>>,
+    /// A device backend's copy of the bytes, made on its first use of the weight.
+    pub device: DeviceCopy,
+}
+
+/// A device backend's copy of a tensor in its own memory (a GPU's), made once and shared by the
+/// tensor's clones (which share its bytes). Opaque here, so that this crate depends on no device
+/// runtime: the backend that made it downcasts it.
+#[derive(Clone, Default)]
+pub struct DeviceCopy(Arc<OnceLock<Box<dyn Any + Send + Sync>>>);
+
+impl DeviceCopy {
+    /// The copy, made by `make` on the first call (a failed `make` leaves none).
+    pub fn get_or_try_init<T: Any + Send + Sync, E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+        if self.0.get().is_none() {
+            // A racing thread may have set it meanwhile: its copy is as good.
+            let _ = self.0.set(Box::new(make()?));
+        }
+        Ok(self.0.get().and_then(|b| b.downcast_ref()).expect("one backend type makes a tensor's device copy"))
+    }
 }
 
 impl Weight {
@@ -75,12 +95,12 @@ impl Weight {
         if have != want {
             return Err(format!("{} [{rows} x {cols}] needs {want} bytes, found {have}", ty.name()));
         }
-        Ok(Weight { ty, rows, cols, storage, packed: None, bf16: None })
+        Ok(Weight { ty, rows, cols, storage, packed: None, bf16: None, device: DeviceCopy::default() })
     }
 
     pub fn from_f32(rows: usize, cols: usize, values: &[f32]) -> Self {
         assert_eq!(values.len(), rows * cols);
-        Weight { ty: GgmlType::F32, rows, cols, storage: Storage::from_f32(values), packed: None, bf16: None }
+        Weight::new(GgmlType::F32, rows, cols, Storage::from_f32(values)).expect("f32 bytes fit the shape")
     }
 
     /// This weight made ready for [`crate::matmul::matmul`] on the tier in use: quantized
@@ -137,5 +157,22 @@ impl Weight {
 impl std::fmt::Debug for Weight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Weight({} [{} x {}])", self.ty.name(), self.rows, self.cols)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Weight;
+
+    #[test]
+    fn a_device_copy_is_made_once_and_shared_by_clones() {
+        let w = Weight::from_f32(1, 2, &[1.0, 2.0]);
+        let copy = w.clone();
+        assert_eq!(w.device.get_or_try_init(|| Err::<u8, _>("no memory")), Err("no memory"));
+        assert_eq!(*w.device.get_or_try_init(|| Ok::<u8, ()>(7)).unwrap(), 7);
+        let again = copy.device.get_or_try_init(|| -> Result<u8, ()> { panic!("made twice") });
+        assert_eq!(*again.unwrap(), 7, "a clone sees the copy");
+        let other = Weight::from_f32(1, 2, &[1.0, 2.0]);
+        assert_eq!(*other.device.get_or_try_init(|| Ok::<u8, ()>(9)).unwrap(), 9, "another weight has its own");
     }
 }

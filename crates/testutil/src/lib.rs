@@ -6,9 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-/// The repository root.
+/// The repository root: `$VLLM_RS_REPO` where set (a test binary carried to another machine,
+/// `scripts/gpu_check.sh`), else where this crate was built.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+    match std::env::var_os("VLLM_RS_REPO") {
+        Some(root) => PathBuf::from(root),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root"),
+    }
 }
 
 /// Root of the fetched test models.

@@ -116,6 +116,17 @@ pub fn greedy_on(
 /// requests: step 0 prefills all prompts together, then each step decodes one token of each.
 /// Returns each prompt's `n_new` tokens (EOS ignored).
 pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Vec<Vec<u32>> {
+    greedy_batch_on(vllm_rs_kernels::backend::default(), model, prompts, n_new)
+}
+
+/// [`greedy_batch`] with every op on backend `be`.
+pub fn greedy_batch_on(
+    be: &'static dyn Backend,
+    model: &dyn Model,
+    prompts: &[Vec<u32>],
+    n_new: usize,
+) -> Vec<Vec<u32>> {
+    let (mut ws, mut logits) = (Workspace::on(be), Vec::new());
     let n = prompts.len();
     let vocab = model.info().vocab_size;
     let per_seq: Vec<usize> = prompts.iter().map(|p| (p.len() + n_new).div_ceil(BLOCK_SIZE)).collect();
@@ -149,7 +160,7 @@ pub fn greedy_batch(model: &dyn Model, prompts: &[Vec<u32>], n_new: usize) -> Ve
             logits_indices: &last,
             state_saves: &[],
         };
-        let logits = model.logits(&batch, &mut kv);
+        model.forward_with(&batch, &mut kv, &mut ws, &mut logits);
         assert_eq!(logits.len(), n * vocab);
         for s in 0..n {
             let next = argmax(&logits[s * vocab..(s + 1) * vocab]);
