@@ -113,8 +113,9 @@ pub struct VllmCompatArgs {
     #[arg(long)]
     pub root_path: Option<String>,
 
-    /// `auto`, `safetensors` or `gguf` (the format is read from the files either way); other
-    /// formats (pt, npcache, dummy, tensorizer, bitsandbytes, …) are refused.
+    /// `auto`, `safetensors`, `pt` or `gguf` (the format is read from the files either way: a
+    /// directory's safetensors, else its `pytorch_model*.bin`); other formats (npcache, dummy,
+    /// tensorizer, bitsandbytes, …) are refused.
     #[arg(long, default_value = "auto")]
     pub load_format: String,
 
@@ -181,9 +182,9 @@ impl VllmCompatArgs {
                 "--ssl-keyfile / --ssl-certfile: TLS is not built in; terminate TLS in a reverse proxy (nginx, Caddy)"
             );
         }
-        if !matches!(self.load_format.as_str(), "auto" | "safetensors" | "gguf") {
+        if !matches!(self.load_format.as_str(), "auto" | "safetensors" | "pt" | "gguf") {
             bail!(
-                "--load-format {}: only safetensors and GGUF files are read (auto, safetensors or gguf)",
+                "--load-format {}: only safetensors, PyTorch .bin and GGUF files are read (auto, safetensors, pt or gguf)",
                 self.load_format
             );
         }

@@ -93,6 +93,15 @@ fn eagle3_speculation_through_the_server() {
     a_draft_head_keeps_the_greedy_text("data/tiny/llama", "tiny/llama_eagle3.json", 1, &spec, "EAGLE-3");
 }
 
+/// The same target and head saved as PyTorch `.bin` files (`scripts/make_tiny_bin.py`), as
+/// many EAGLE heads ship.
+#[test]
+fn eagle3_speculation_with_pytorch_bin_weights() {
+    let head = vllm_rs_testutil::test_data("data/tiny-bin/llama_eagle3").to_string_lossy().into_owned();
+    let spec = json!({"method": "eagle3", "model": head, "num_speculative_tokens": 3}).to_string();
+    a_draft_head_keeps_the_greedy_text("data/tiny-bin/llama", "tiny/llama_eagle3.json", 1, &spec, "EAGLE-3");
+}
+
 #[test]
 fn eagle_speculation_through_the_server() {
     let head = vllm_rs_testutil::test_data("data/tiny/llama_eagle").to_string_lossy().into_owned();

@@ -8,10 +8,24 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vllm_rs_kernels::{GgmlType, Storage, Weight};
 
-/// The safetensors files of a directory: those named in the index, else `model.safetensors`,
-/// else every `*.safetensors`.
+/// The weight files of an HF model directory, as vLLM's `--load-format auto` picks them: the
+/// safetensors files, else the PyTorch `.bin` ones ([`crate::torch_bin`]). Either kind: those
+/// named in its index, else the single file, else every file of its extension.
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let index = dir.join("model.safetensors.index.json");
+    for (index, single, prefix, ext) in
+        [("model.safetensors.index.json", "model.safetensors", "", "safetensors"), crate::torch_bin::FILES]
+    {
+        let files = files_of(dir, index, single, (prefix, ext))?;
+        if !files.is_empty() {
+            return Ok(files);
+        }
+    }
+    Err(Error::file(dir, "no *.safetensors (or pytorch_model*.bin) files"))
+}
+
+/// The files `index` names, else `single`, else every `{prefix}*.{ext}`; none if there are none.
+fn files_of(dir: &Path, index: &str, single: &str, (prefix, ext): (&str, &str)) -> Result<Vec<PathBuf>> {
+    let index = dir.join(index);
     if index.exists() {
         let text = std::fs::read_to_string(&index).map_err(|e| Error::file(&index, e.to_string()))?;
         let json: serde_json::Value =
@@ -25,20 +39,23 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
         files.dedup();
         return Ok(files);
     }
-    let single = dir.join("model.safetensors");
+    let single = dir.join(single);
     if single.exists() {
         return Ok(vec![single]);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::file(dir, e.to_string()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
         .collect();
     files.sort();
-    if files.is_empty() {
-        return Err(Error::file(dir, "no *.safetensors files"));
-    }
     Ok(files)
+}
+
+/// Every tensor of one weight file of an HF directory ([`shard_files`]), by its kind.
+pub fn read_weight_file(path: &Path) -> Result<FileTensors> {
+    if path.extension().is_some_and(|x| x == "bin") { crate::torch_bin::read_tensors(path) } else { read_tensors(path) }
 }
 
 /// A tensor of raw bytes (dtype `U8`), which is no weight on its own: MXFP4 checkpoints keep
@@ -113,7 +130,7 @@ pub fn read_tensors(path: &Path) -> Result<FileTensors> {
 }
 
 /// Little-endian i64 values as f32, refused where a value is not exact in f32.
-fn i64_as_f32(bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
+pub(crate) fn i64_as_f32(bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
     let values: Vec<f32> =
         bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect();
     match values.iter().find(|v| v.abs() > (1 << 24) as f32) {
@@ -125,5 +142,10 @@ fn i64_as_f32(bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
 /// Integer buffers that encoders save beside their weights (`embeddings.position_ids`, the
 /// arange the model would build anyway): skipped, as transformers ignores them at load.
 fn is_index_buffer(name: &str, dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::I64 | Dtype::I32) && (name.ends_with(".position_ids") || name.ends_with(".token_type_ids"))
+    matches!(dtype, Dtype::I64 | Dtype::I32) && is_index_buffer_name(name)
+}
+
+/// The names of those integer buffers.
+pub(crate) fn is_index_buffer_name(name: &str) -> bool {
+    name.ends_with(".position_ids") || name.ends_with(".token_type_ids")
 }

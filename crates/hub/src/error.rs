@@ -43,8 +43,8 @@ pub enum HubError {
     GgufChoice { repo: String, files: Vec<String>, detail: String },
 
     #[error(
-        "Hugging Face repo '{repo}' has no weights vllm-rs can load (*.safetensors with config.json, or \
-         *.gguf); its files: {}", files.join(", ")
+        "Hugging Face repo '{repo}' has no weights vllm-rs can load (*.safetensors or pytorch_model*.bin \
+         with config.json, or *.gguf); its files: {}", files.join(", ")
     )]
     NoWeights { repo: String, files: Vec<String> },
 

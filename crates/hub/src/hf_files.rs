@@ -22,14 +22,15 @@ pub(crate) fn complete_snapshot(snapshot: &Path, select: Option<&str>) -> Option
         }
         Some(tag) => select_gguf(tag, &local_ggufs(snapshot)).ok().map(|f| snapshot.join(f)),
         None if snapshot.join("config.json").is_file() => {
-            let index = snapshot.join(SAFETENSORS_INDEX);
-            let complete = if index.is_file() {
-                let shards = index_shards(&index).ok()?;
-                shards.iter().all(|s| snapshot.join(s).is_file())
-            } else {
-                list_dir(snapshot).iter().any(|f| f.ends_with(".safetensors") && snapshot.join(f).is_file())
+            let complete = |(index, is_weights): (&str, IsWeights)| {
+                let index = snapshot.join(index);
+                if index.is_file() {
+                    index_shards(&index).is_ok_and(|shards| shards.iter().all(|s| snapshot.join(s).is_file()))
+                } else {
+                    list_dir(snapshot).iter().any(|f| is_weights(f) && snapshot.join(f).is_file())
+                }
             };
-            complete.then(|| snapshot.to_path_buf())
+            WEIGHTS.into_iter().any(complete).then(|| snapshot.to_path_buf())
         }
         None => match local_ggufs(snapshot).as_slice() {
             [only] => Some(snapshot.join(only)),
@@ -57,6 +58,17 @@ pub(crate) fn is_gguf(name: &str) -> bool {
 
 pub(crate) const SAFETENSORS_INDEX: &str = "model.safetensors.index.json";
 
+/// Whether a file name is one of a kind of weight files.
+type IsWeights = fn(&str) -> bool;
+
+/// The weights of an HF directory, in vLLM's order of preference (`--load-format auto`): each
+/// kind's index and the files of that kind. PyTorch `.bin` weights only where there are no
+/// safetensors (and not `training_args.bin` and the like).
+const WEIGHTS: [(&str, IsWeights); 2] = [
+    (SAFETENSORS_INDEX, |f| f.ends_with(".safetensors")),
+    ("pytorch_model.bin.index.json", |f| f.starts_with("pytorch_model") && f.ends_with(".bin")),
+];
+
 pub(crate) enum Plan {
     Gguf(String),
     Dir { small: Vec<String>, shards: Shards },
@@ -77,15 +89,17 @@ pub(crate) fn choose(spec: &HfSpec, files: &[String]) -> Result<Plan, HubError> 
     }
     let root = |f: &&String| !f.contains('/');
     let has_config = files.iter().any(|f| f == "config.json");
-    let safetensors: Vec<String> = files.iter().filter(root).filter(|f| f.ends_with(".safetensors")).cloned().collect();
-    if has_config && !safetensors.is_empty() {
-        let small = files.iter().filter(|f| is_metadata_file(f)).cloned().collect();
-        let shards = if files.iter().any(|f| f == SAFETENSORS_INDEX) {
-            Shards::FromIndex(SAFETENSORS_INDEX.to_string())
-        } else {
-            Shards::All(safetensors)
-        };
-        return Ok(Plan::Dir { small, shards });
+    for (index, is_weights) in WEIGHTS {
+        let weights: Vec<String> = files.iter().filter(root).filter(|f| is_weights(f)).cloned().collect();
+        if has_config && !weights.is_empty() {
+            let small = files.iter().filter(|f| is_metadata_file(f)).cloned().collect();
+            let shards = if files.iter().any(|f| f == index) {
+                Shards::FromIndex(index.to_string())
+            } else {
+                Shards::All(weights)
+            };
+            return Ok(Plan::Dir { small, shards });
+        }
     }
     match ggufs.as_slice() {
         [] => Err(HubError::NoWeights { repo: spec.repo.clone(), files: files.to_vec() }),
@@ -227,6 +241,18 @@ mod tests {
                 "merges.txt"
             ]
         );
+        // Without safetensors, PyTorch .bin weights (never training_args.bin), from their index.
+        let bins: Vec<String> = ["config.json", "pytorch_model.bin", "training_args.bin"].map(String::from).to_vec();
+        let Plan::Dir { shards: Shards::All(shards), .. } = choose(&s, &bins).unwrap() else { panic!() };
+        assert_eq!(shards, ["pytorch_model.bin"]);
+        let sharded: Vec<String> =
+            ["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+                .into_iter()
+                .chain(["pytorch_model.bin.index.json"])
+                .map(String::from)
+                .collect();
+        let Plan::Dir { shards: Shards::FromIndex(index), .. } = choose(&s, &sharded).unwrap() else { panic!() };
+        assert_eq!(index, "pytorch_model.bin.index.json");
         let only_gguf: Vec<String> = vec!["README.md".into(), "a.gguf".into()];
         assert!(matches!(choose(&s, &only_gguf).unwrap(), Plan::Gguf(f) if f == "a.gguf"));
         let two: Vec<String> = vec!["a.gguf".into(), "b.gguf".into()];

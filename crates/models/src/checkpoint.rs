@@ -71,7 +71,7 @@ impl Checkpoint {
     pub fn from_safetensors_dir(dir: &Path) -> Result<Self> {
         let (mut tensors, mut bytes) = (HashMap::new(), HashMap::new());
         for file in safetensors::shard_files(dir)? {
-            let (weights, byte_tensors) = safetensors::read_tensors(&file)?;
+            let (weights, byte_tensors) = safetensors::read_weight_file(&file)?;
             for (name, w) in weights {
                 tensors.insert(name.clone(), (w, file.clone(), name.into()));
             }
