@@ -7,7 +7,8 @@
 //! one prompt prefilled whole and in chunks of 7 gives the scalar CPU backend's ids and logits
 //! bit for bit (the kernels follow the scalar reference; the CPU's AVX-512 tier has its own
 //! order for quantized weights); and the GPU did the work (its matmul and attention counters
-//! moved). The checks run one at a time, so that the counters are each checkpoint's own.
+//! moved). The checks run one at a time, so that the counters are each checkpoint's own. An
+//! encoder (tiny BERT) gives the scalar CPU's hidden states with its matmuls on the GPU.
 
 #[path = "../../models/tests/common/mod.rs"]
 mod common;
@@ -35,6 +36,16 @@ fn cuda() -> Option<&'static Cuda> {
     })
 }
 
+/// The calls of one check at a time, so that the counters are each checkpoint's own.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scalar_cpu() -> &'static dyn Backend {
+    Cpu::on(Tier::Scalar).expect("the scalar tier runs everywhere")
+}
+
 /// What a checkpoint is checked against, and where its attention runs.
 #[derive(Clone, Copy, PartialEq)]
 enum Want {
@@ -49,10 +60,9 @@ enum Want {
 /// Checks the checkpoint at `tests/{path}` with the prompts of the goldens
 /// `tiny/{golden_name}.json`.
 fn check(path: &str, golden_name: &str, want: Want) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = one_at_a_time();
     let Some(cuda) = cuda() else { return };
-    let cpu: &'static dyn Backend = Cpu::on(Tier::Scalar).expect("the scalar tier runs everywhere");
+    let cpu = scalar_cpu();
     let lm = vllm_rs_models::load(&test_data(path)).unwrap_or_else(|e| panic!("{e}"));
     let model = lm.model.as_ref();
     let g = golden(&format!("tiny/{golden_name}.json"));
@@ -123,4 +133,32 @@ fn deepseek_v2() {
 #[test]
 fn deepseek_v3_q8_0_gguf() {
     check("data/tiny-gguf/deepseek_v3_q8_0.gguf", "deepseek_v3", Want::Cpu);
+}
+
+/// An encoder (embeddings): its matmuls on the GPU, its bidirectional attention on the CPU; a
+/// batch of the goldens' inputs gives the scalar CPU's hidden states bit for bit.
+#[test]
+fn bert_encoder() {
+    let _turn = one_at_a_time();
+    let Some(cuda) = cuda() else { return };
+    let enc = vllm_rs_models::load_encoder(&test_data("data/tiny-encoders/bert")).unwrap_or_else(|e| panic!("{e}"));
+    let g = golden("tiny-encoders/bert.json");
+    let (mut tokens, mut types, mut lens) = (Vec::new(), Vec::new(), Vec::new());
+    for c in g["cases"].as_array().unwrap() {
+        let t = ids(&c["token_ids"]);
+        lens.push(t.len());
+        types.extend(match c["token_type_ids"].is_array() {
+            true => ids(&c["token_type_ids"]),
+            false => vec![0; t.len()],
+        });
+        tokens.extend(t);
+    }
+    let before = cuda.counts();
+    let run = |be: &'static dyn Backend| {
+        let mut ws = vllm_rs_models::PoolingWorkspace::on(be);
+        enc.forward(&tokens, Some(&types), &lens, &mut ws).to_vec()
+    };
+    let (gpu, cpu) = (run(cuda), run(scalar_cpu()));
+    assert!(gpu == cpu, "bert: {} gives other hidden states than the scalar CPU", cuda.name());
+    assert!(cuda.counts().matmuls > before.matmuls, "bert: no matmul ran on the GPU");
 }
