@@ -151,7 +151,7 @@ fn flags_that_cannot_be_honoured_are_refused() {
         ("-dp", "2", "one engine per process"),
         ("--lora-modules", "sql=./adapter", "LoRA adapters are not supported yet"),
         ("--ssl-keyfile", "key.pem", "terminate TLS in a reverse proxy"),
-        ("--load-format", "dummy", "only safetensors and GGUF files are read"),
+        ("--load-format", "dummy", "only safetensors, PyTorch .bin and GGUF files are read"),
         ("--tokenizer-mode", "mistral", "only Hugging Face tokenizers"),
     ] {
         let (ok, err) = vllm_rs(&["generate", "--model", model, "--prompt", "x", flag, value]);
