@@ -5,8 +5,9 @@
 //! `cargo run --release -p vllm-rs-kernels --example gemv -- TYPE [THREADS] [ROWS] [COLS] [M]`
 //! TYPE is a GGUF type id (0 f32, 1 f16, 30 bf16, 3 Q4_1, 6 Q5_0, 8 Q8_0, 12 Q4_K, …);
 //! defaults: 2 threads, 1536 × 576 matrices (SmolLM2's MLP), M = 1 activation row.
+//! `GEMV_BF16=1` runs dense types in the bf16 compute mode (`--dtype bfloat16`).
 use std::time::Instant;
-use vllm_rs_kernels::{GgmlType, matmul, pool, testing};
+use vllm_rs_kernels::{GgmlType, bf16_matmul, matmul, pool, testing};
 
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
@@ -15,6 +16,9 @@ fn main() {
     let (rows, cols) = (args.get(2).copied().unwrap_or(1536), args.get(3).copied().unwrap_or(576));
     let m = args.get(4).copied().unwrap_or(1);
     pool::init_global(threads);
+    if std::env::var_os("GEMV_BF16").is_some() {
+        bf16_matmul::set_dense_compute(bf16_matmul::DenseCompute::Bf16);
+    }
     let one = ty.bytes_for(rows * cols).expect("whole blocks");
     // 256 MiB of weights or more (GEMV_MIB overrides: a small total measures in-cache speed).
     let mib: usize = std::env::var("GEMV_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);

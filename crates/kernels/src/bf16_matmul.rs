@@ -113,11 +113,14 @@ pub fn matmul_many_on(kernel: Kernel, ps: &[&PackedBf16], x: &[f32], m: usize, o
     });
 }
 
-/// The pool job: tasks take runs of units (two blocks, 32 output columns), and within a task
-/// activation rows go in blocks that stay in L2 while each unit's weights (in L2) meet them a
-/// tile of up to eight rows at a time.
+/// The pool job. Many rows on `vdpbf16ps` take [`run_wide`]; otherwise tasks take runs of units
+/// (two blocks, 32 output columns), and within a task activation rows go in blocks that stay in
+/// L2 while each unit's weights (in L2) meet them a tile of up to eight rows at a time.
 fn run(kernel: Kernel, p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
     const ACT_BLOCK: usize = 64;
+    if kernel == Kernel::Avx512Bf16 && m >= WIDE_MIN_ROWS {
+        return run_wide(p, xr, m, out);
+    }
     let units = p.blocks().div_ceil(2);
     let threads = crate::pool::global().n_threads();
     let per = units.div_ceil(threads * 4).max(1);
@@ -129,7 +132,7 @@ fn run(kernel: Kernel, p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
                 let mut i = i0;
                 while i < i1 {
                     let c = [8, 4, 2, 1].into_iter().find(|&c| c <= (i1 - i).min(kernel.max_rows())).unwrap_or(1);
-                    let tile = Tile::new(p, 2 * u, &xr[i * p.pairs..], c, out, i);
+                    let tile = Tile::new(p, 2 * u, 2, &xr[i * p.pairs..], c, out, i);
                     // SAFETY: this task alone writes the unit's columns; the kernel is supported.
                     unsafe { tile.run(kernel) };
                     i += c;
@@ -139,12 +142,48 @@ fn run(kernel: Kernel, p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
     });
 }
 
-/// Blocks `b, b + 1` (the second absent past the matrix) against `c` rounded activation rows
+/// Rows from which [`run_wide`] pays: two of its tiles.
+const WIDE_MIN_ROWS: usize = 12;
+
+/// Many rows on `vdpbf16ps`: tiles of four blocks (64 columns) by six rows, whose 24
+/// accumulators, four weight vectors and one broadcast fill 29 of the 32 zmm registers, so
+/// each step's ten loads feed 24 `vdpbf16ps` (the two-block tile: ten loads, 16). Tasks take a
+/// chunk of up to 64 rows (in L2) against a run of whole groups of four blocks, so that prefill's
+/// hundreds of rows give both threads equal work whatever the matrix's width.
+fn run_wide(p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
+    const ROW_CHUNK: usize = 64;
+    let groups = p.blocks().div_ceil(4);
+    let chunks = m.div_ceil(ROW_CHUNK);
+    let threads = crate::pool::global().n_threads();
+    let per = (groups * chunks).div_ceil(threads * 4).clamp(1, groups);
+    let runs = groups.div_ceil(per);
+    let out = SyncPtr(out.as_mut_ptr());
+    crate::pool::global().run(runs * chunks, &|t| {
+        let (i0, g0) = (t / runs * ROW_CHUNK, t % runs * per);
+        let i1 = (i0 + ROW_CHUNK).min(m);
+        for g in g0..(g0 + per).min(groups) {
+            let mut i = i0;
+            while i < i1 {
+                let c = [6, 4, 2, 1].into_iter().find(|&c| c <= i1 - i).unwrap_or(1);
+                let tile = Tile::new(p, 4 * g, 4, &xr[i * p.pairs..], c, out, i);
+                // SAFETY: this task alone writes these rows of the group's columns; AVX512-BF16
+                // was checked by the caller.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    x86::wide(&tile)
+                };
+                i += c;
+            }
+        }
+    });
+}
+
+/// Blocks `b..b + width` (those past the matrix absent) against `c` rounded activation rows
 /// from `x` (`pairs` words apart), into output rows from `i` (`n` values apart).
 pub(crate) struct Tile<'a> {
     p: &'a PackedBf16,
     b: usize,
-    /// Blocks in the tile (1 or 2).
+    /// Blocks in the tile (1 to its width).
     nb: usize,
     x: &'a [u32],
     c: usize,
@@ -153,13 +192,13 @@ pub(crate) struct Tile<'a> {
 }
 
 impl<'a> Tile<'a> {
-    fn new(p: &'a PackedBf16, b: usize, x: &'a [u32], c: usize, out: SyncPtr, i: usize) -> Self {
-        let nb = (p.blocks() - b).min(2);
+    fn new(p: &'a PackedBf16, b: usize, width: usize, x: &'a [u32], c: usize, out: SyncPtr, i: usize) -> Self {
+        let nb = (p.blocks() - b).min(width);
         assert!(x.len() >= c * p.pairs);
         Tile { p, b, nb, x, c, out, i }
     }
 
-    /// Weight words of tile block `k` (the first again for a missing second).
+    /// Weight words of tile block `k` (the last present one again for a missing one).
     fn w(&self, k: usize) -> *const u32 {
         self.p.block(self.b + k.min(self.nb - 1)).as_ptr()
     }
@@ -257,6 +296,50 @@ mod x86 {
         }
     }
 
+    /// [`super::run_wide`]'s tile: four blocks against up to six rows by `vdpbf16ps`, each
+    /// output one chain over the pairs in order, as in [`zmm`].
+    ///
+    /// # Safety
+    /// The CPU has AVX512-BF16; no other view of the tile's outputs is alive.
+    pub(super) unsafe fn wide(t: &Tile) {
+        // SAFETY: as vouched by the caller. A constant row count keeps the accumulators in registers.
+        unsafe {
+            match t.c {
+                6 => wide_rows::<6>(t),
+                4 => wide_rows::<4>(t),
+                2 => wide_rows::<2>(t),
+                _ => wide_rows::<1>(t),
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn wide_rows<const C: usize>(t: &Tile) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; C];
+        let w = [t.w(0), t.w(1), t.w(2), t.w(3)];
+        let (x, pairs) = (t.x.as_ptr(), t.p.pairs);
+        assert!(t.c == C && t.x.len() >= C * pairs);
+        for q in 0..pairs {
+            // SAFETY: each block has `pairs` vectors of sixteen words, 64-byte aligned.
+            let wv = w.map(|b| unsafe { _mm512_load_si512(b.add(LANES * q) as _) });
+            for (c, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: row `c < C` of the tile's rows (checked above).
+                let xv = _mm512_set1_epi32(unsafe { *x.add(c * pairs + q) } as i32);
+                for (a, w) in acc.iter_mut().zip(wv) {
+                    *a = dpbf16(*a, w, xv);
+                }
+            }
+        }
+        for (c, acc) in acc.iter().enumerate() {
+            for (k, a) in acc.iter().enumerate().take(t.nb) {
+                let mask = ((1u32 << t.valid(k)) - 1) as u16;
+                // SAFETY: the unmasked lanes are this tile's outputs (the caller).
+                unsafe { _mm512_mask_storeu_ps(t.dst(k, c, 0), mask, *a) };
+            }
+        }
+    }
+
     /// `acc += x · w` by `vdpbf16ps` on registers (inline assembly: the intrinsic's bf16 vector
     /// types buy nothing here).
     #[inline]
@@ -348,7 +431,7 @@ mod tests {
     fn kernels_are_bit_identical_to_the_reference_and_batch_invariant() {
         eprintln!("bf16 kernels here: {:?}", Kernel::available());
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-            for (n, k, m) in [(37, 95, 15), (16, 64, 3), (70, 260, 70), (5, 1, 2)] {
+            for (n, k, m) in [(37, 95, 15), (16, 64, 3), (70, 260, 70), (5, 1, 2), (130, 33, 140)] {
                 let p = PackedBf16::pack(&quantize_random(ty, n, k, 7));
                 // Activations of mixed magnitudes, so sums cancel and round.
                 let x: Vec<f32> =
