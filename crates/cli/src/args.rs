@@ -92,9 +92,9 @@ pub struct EngineArgs {
     /// greedy output equals a float32 reference); bfloat16 rounds weights and activations to
     /// bf16 and accumulates in float32 (`vdpbf16ps` on AVX512-BF16, an exact emulation
     /// elsewhere), as vLLM does for bf16 checkpoints. Faster only where `vdpbf16ps` outruns
-    /// FMA (AMD Zen 4/5: ~2× prefill; Zen 4: ~1.8× batched serving and embeddings); on Intel Xeons
-    /// without AMX it is ~0.65× of float32.
-    /// float16 and half compute in float32. Quantized GGUF weights are unaffected.
+    /// FMA (AMD Zen 4/5: ~2× prefill; Zen 4: ~1.8× batched serving and embeddings); on Intel
+    /// Xeons without AMX it is ~0.65× of float32. float16 and half compute in float32.
+    /// Quantized GGUF weights are unaffected.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
 

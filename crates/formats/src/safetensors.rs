@@ -121,12 +121,24 @@ pub fn read_tensors(path: &Path) -> Result<FileTensors> {
             ),
             _ => Storage::Mapped(mmap.clone(), range),
         };
-        let cols = *info.shape.last().unwrap_or(&1);
-        let rows = info.shape.iter().rev().skip(1).product::<usize>();
-        let w = Weight::new(ty, rows, cols, storage).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
+        let w = shaped_weight(path, &name, ty, &info.shape, storage)?;
         out.push((name, w));
     }
     Ok((out, bytes))
+}
+
+/// Tensor `name` of `path`, of shape `shape`, as a `rows × cols` weight: `cols` the last
+/// dimension, `rows` the product of the others.
+pub(crate) fn shaped_weight(
+    path: &Path,
+    name: &str,
+    ty: GgmlType,
+    shape: &[usize],
+    storage: Storage,
+) -> Result<Weight> {
+    let cols = *shape.last().unwrap_or(&1);
+    let rows = shape.iter().rev().skip(1).product::<usize>();
+    Weight::new(ty, rows, cols, storage).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))
 }
 
 /// Little-endian i64 values as f32, refused where a value is not exact in f32.

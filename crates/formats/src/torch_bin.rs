@@ -5,11 +5,11 @@
 //! storage from the zip; the bytes are copied into memory (a zip entry is not mapped).
 
 use crate::error::{Error, Result};
-use crate::safetensors::{ByteTensor, FileTensors, i64_as_f32, is_index_buffer_name};
+use crate::safetensors::{ByteTensor, FileTensors, i64_as_f32, is_index_buffer_name, shaped_weight};
 use pytorch_reader::{DType, PytorchReader};
 use std::path::Path;
 use std::sync::Arc;
-use vllm_rs_kernels::{GgmlType, Storage, Weight};
+use vllm_rs_kernels::{GgmlType, Storage};
 
 /// The index, the single file, and the prefix and extension of other files of a directory's
 /// `.bin` weights (not `training_args.bin` and the like, which hold no weights).
@@ -47,9 +47,7 @@ pub fn read_tensors(path: &Path) -> Result<FileTensors> {
             }
             other => return Err(Error::file(path, format!("tensor {name}: dtype {other:?} is not supported"))),
         };
-        let cols = *shape.last().unwrap_or(&1);
-        let rows = shape.iter().rev().skip(1).product::<usize>();
-        let w = Weight::new(ty, rows, cols, storage).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
+        let w = shaped_weight(path, &name, ty, &shape, storage)?;
         out.push((name, w));
     }
     Ok((out, bytes))

@@ -78,8 +78,9 @@ pub struct KvCache {
     /// empty for paged layers.
     states: Vec<Vec<f32>>,
     state_elements: Vec<usize>,
-    /// A device backend's mirror of the K/V tensors, made by its first K/V write. The host
-    /// tensors are written too, so a backend may read either.
+    /// A device backend's mirror of the K/V tensors, made at start-up by its
+    /// [`crate::Backend::prepare_kv`]. The host tensors are written too, so a backend may read
+    /// either.
     pub device: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 

@@ -118,6 +118,7 @@ pub fn matmul_many_on(kernel: Kernel, ps: &[&PackedBf16], x: &[f32], m: usize, o
 /// L2 while each unit's weights (in L2) meet them a tile of up to eight rows at a time.
 fn run(kernel: Kernel, p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
     const ACT_BLOCK: usize = 64;
+    #[cfg(target_arch = "x86_64")]
     if kernel == Kernel::Avx512Bf16 && m >= WIDE_MIN_ROWS {
         return run_wide(p, xr, m, out);
     }
@@ -143,6 +144,7 @@ fn run(kernel: Kernel, p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
 }
 
 /// Rows from which [`run_wide`] pays: two of its tiles.
+#[cfg(target_arch = "x86_64")]
 const WIDE_MIN_ROWS: usize = 12;
 
 /// Many rows on `vdpbf16ps`: tiles of four blocks (64 columns) by six rows, whose 24
@@ -150,6 +152,7 @@ const WIDE_MIN_ROWS: usize = 12;
 /// each step's ten loads feed 24 `vdpbf16ps` (the two-block tile: ten loads, 16). Tasks take a
 /// chunk of up to 64 rows (in L2) against a run of whole groups of four blocks, so that prefill's
 /// hundreds of rows give both threads equal work whatever the matrix's width.
+#[cfg(target_arch = "x86_64")]
 fn run_wide(p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
     const ROW_CHUNK: usize = 64;
     let groups = p.blocks().div_ceil(4);
@@ -168,10 +171,7 @@ fn run_wide(p: &PackedBf16, xr: &[u32], m: usize, out: &mut [f32]) {
                 let tile = Tile::new(p, 4 * g, 4, &xr[i * p.pairs..], c, out, i);
                 // SAFETY: this task alone writes these rows of the group's columns; AVX512-BF16
                 // was checked by the caller.
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    x86::wide(&tile)
-                };
+                unsafe { x86::wide(&tile) };
                 i += c;
             }
         }
