@@ -159,6 +159,28 @@ fn flags_that_cannot_be_honoured_are_refused() {
     }
 }
 
+/// `--load-format pt` (vLLM's name for PyTorch `.bin` weights) is accepted, and a directory of
+/// them loads and generates.
+#[test]
+fn load_format_pt_reads_a_pytorch_bin_directory() {
+    let dir = vllm_rs_testutil::test_data("data/tiny-bin/llama");
+    let tokenizer = vllm_rs_testutil::hf_dir("smollm2");
+    let (ok, err) = vllm_rs(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+        "--prompt",
+        "a b c",
+        "--max-tokens",
+        "2",
+        "--load-format",
+        "pt",
+    ]);
+    assert!(ok, "{err}");
+}
+
 #[test]
 fn gpu_memory_utilization_sizes_the_kv_cache_from_available_memory() {
     let model = vllm_rs_testutil::gguf_path("smollm2");
