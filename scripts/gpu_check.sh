@@ -72,6 +72,13 @@ run() {
     echo "device cuda: other output than the CPU's, or not on the GPU: see generate-*.json/log" >&2
     rc=1
   fi
+  # The K/V cache sized from the GPU's memory after the weights went up at load.
+  if grep -E "KV cache sized from the GPU's memory" "$out/generate-cuda.log"; then
+    echo "device cuda: K/V cache sized from the GPU's memory (ok)"
+  else
+    echo "device cuda: no K/V sizing from the GPU's memory, see generate-cuda.log" >&2
+    rc=1
+  fi
   if grep -q -- "--device auto: running on cuda" "$out/generate-auto.log"; then
     echo "device auto: takes the GPU and says so (ok)"
   else

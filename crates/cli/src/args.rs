@@ -30,7 +30,8 @@ pub struct EngineArgs {
     pub no_enable_chunked_prefill: bool,
 
     /// Memory for the KV cache, e.g. 2GiB, 512MB or a byte count. Default: a quarter of the
-    /// available memory, capped at what `max_num_seqs` full-length requests need.
+    /// available memory, capped at what `max_num_seqs` full-length requests need; with
+    /// `--device cuda`, `--gpu-memory-utilization` of the GPU's.
     #[arg(long, value_parser = parse_bytes)]
     pub kv_cache_memory: Option<u64>,
 

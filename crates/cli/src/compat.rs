@@ -12,8 +12,9 @@ use yaml_rust2::{Yaml, YamlLoader};
 /// vLLM flags kept for drop-in command lines (see each one's help for what it does here).
 #[derive(Args, Clone, Debug, Default)]
 pub struct VllmCompatArgs {
-    /// Share of the available memory the KV cache takes (vLLM: of the GPU's), e.g. 0.9.
-    /// `--kv-cache-memory` wins when both are given.
+    /// Share of the available memory the KV cache takes, e.g. 0.9. With `--device cuda`, as in
+    /// vLLM: of the GPU's memory, less the weights (default 0.9 there). `--kv-cache-memory` wins
+    /// when both are given.
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
 

@@ -12,6 +12,7 @@ use vllm_rs_engine::{
     kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
+use vllm_rs_kernels::backend::DeviceMemory;
 use vllm_rs_models::Backbone;
 use vllm_rs_models::draft_head::DraftHead;
 
@@ -207,10 +208,15 @@ fn load_generate(
         None => {
             let share = |f: f64| (available_memory().unwrap_or(4 << 30) as f64 * f) as u64;
             let one = per_block * per_request + state_per_request;
-            let bytes = args
-                .kv_cache_memory
-                .or(args.vllm.gpu_memory_utilization.map(share))
-                .unwrap_or_else(|| default_kv_bytes(one, args.max_num_seqs));
+            let bytes = match (args.kv_cache_memory, vllm_rs_kernels::backend::default().device_memory()) {
+                (Some(b), _) => b,
+                (None, Some(dev)) => device_kv_bytes(dev, args.vllm.gpu_memory_utilization),
+                (None, None) => args
+                    .vllm
+                    .gpu_memory_utilization
+                    .map(share)
+                    .unwrap_or_else(|| default_kv_bytes(one, args.max_num_seqs)),
+            };
             let left = state_budget(&mut cfg, bytes, state_per_request, snapshots_wanted);
             // The states after each draft, for rolling back rejected ones.
             let drafts = draft_state_slots(&cfg) as u64 * state_per_request;
@@ -403,6 +409,33 @@ fn default_kv_bytes(one: u64, max_num_seqs: usize) -> u64 {
     let all = one.saturating_mul(max_num_seqs as u64);
     let quarter = available_memory().map_or(4 << 30, |m| m / 4);
     all.min(quarter).max(one)
+}
+
+/// The K/V cache's bytes on a GPU, as vLLM sizes it: `--gpu-memory-utilization` (default 0.9)
+/// of the device's memory, less what is in use now (the weights, uploaded at load) and a
+/// reserve for a step's activations (1/16 of the device, at most 512 MiB). The CUDA backend
+/// still keeps a host copy of the cache, so the host's available memory caps it at 80 %.
+fn device_kv_bytes(dev: DeviceMemory, utilization: Option<f64>) -> u64 {
+    let f = utilization.unwrap_or(0.9);
+    let used = dev.total - dev.free.min(dev.total);
+    let reserve = (dev.total / 16).min(512 << 20);
+    let budget = ((dev.total as f64 * f) as u64).saturating_sub(used + reserve);
+    let host = available_memory().map_or(u64::MAX, |m| m / 5 * 4);
+    let mib = |b: u64| format!("{:.1}", b as f64 / (1 << 20) as f64);
+    info!(
+        "KV cache sized from the GPU's memory: {f} of {} MiB, less {} MiB in use (weights) and {} MiB for \
+         activations: {} MiB{}",
+        mib(dev.total),
+        mib(used),
+        mib(reserve),
+        mib(budget),
+        if host < budget {
+            format!("; capped at {} MiB by the host's memory (it holds a copy)", mib(host))
+        } else {
+            String::new()
+        }
+    );
+    budget.min(host)
 }
 
 fn available_memory() -> Option<u64> {

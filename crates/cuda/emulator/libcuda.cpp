@@ -243,6 +243,12 @@ API CUresult cuMemFree_v2(CUdeviceptr p) {
     free((void*)p);
     return OK;
 }
+API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+    std::lock_guard<std::mutex> g(mem_lock);
+    *free_bytes = TOTAL_MEM - allocated;
+    *total = TOTAL_MEM;
+    return OK;
+}
 API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)p, v, n); return OK; }
 API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void*) { return cuMemsetD8_v2(p, v, n); }
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { memcpy((void*)d, s, n); return OK; }
@@ -257,8 +263,20 @@ API CUresult cuModuleGetFunction(void** f, void*, const char* name) {
     *f = (void*)&it->second;
     return OK;
 }
+// Fault injection, for the engine's failure path: with VLLM_RS_EMULATOR_FAIL_AFTER=N every launch
+// after the first N fails, as on a GPU whose context an error has poisoned.
+static long fail_after() {
+    static const long n = [] {
+        const char* v = getenv("VLLM_RS_EMULATOR_FAIL_AFTER");
+        return v ? atol(v) : -1L;
+    }();
+    return n;
+}
+static std::atomic<long> launches{0};
+
 API CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned, void*, void** params, void**) {
+    if (fail_after() >= 0 && launches++ >= fail_after()) return 719;  // CUDA_ERROR_LAUNCH_FAILED
     launch(*(const Launcher*)f, {gx, gy, gz}, {bx, by, bz}, params);
     return OK;
 }

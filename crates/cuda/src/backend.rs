@@ -19,7 +19,7 @@ use cudarc::driver::CudaSlice;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use vllm_rs_kernels::attention::{AttentionParams, KvCache, SeqAttention};
-use vllm_rs_kernels::backend::{Backend, Cpu};
+use vllm_rs_kernels::backend::{Backend, Cpu, DeviceMemory};
 use vllm_rs_kernels::encoder_attention::{EncoderAttentionParams, RelativeBias};
 use vllm_rs_kernels::ops::{Activation, RopeTable};
 use vllm_rs_kernels::{Weight, isa};
@@ -83,6 +83,12 @@ impl Cuda {
         DeviceWeight::supports(w.ty) && w.bf16.is_none()
     }
 
+    /// [`Cuda::on_gpu`] for a weight not yet prepared: the bf16 compute mode will give dense
+    /// weights their CPU copies.
+    fn will_be_on_gpu(w: &Weight) -> bool {
+        Self::on_gpu(w) && !w.computes_in_bf16()
+    }
+
     fn matmuls_on_gpu(&self, x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) -> Result<(), Error> {
         let gpu = self.gpu();
         let dx = gpu.upload(x)?;
@@ -142,19 +148,18 @@ impl Cuda {
 /// Makes `kv`'s device copy unless it has one: the whole cache, host bytes included (a cache
 /// written before, by another backend, stays whole).
 fn mirror(gpu: &Gpu, kv: &mut KvCache) -> Result<(), Error> {
+    make_mirror(kv, |bytes| gpu.upload(bytes))
+}
+
+/// Makes `kv`'s device copy unless it has one, each non-empty host tensor's by `make`.
+fn make_mirror(kv: &mut KvCache, make: impl Fn(&[u8]) -> Result<CudaSlice<u8>, Error>) -> Result<(), Error> {
     if kv.device.is_none() {
-        let tensors = kv
-            .tensors
-            .iter()
-            .map(|t| Ok([upload_nonempty(gpu, &t.k)?, upload_nonempty(gpu, &t.v)?]))
-            .collect::<Result<_, Error>>()?;
+        let nonempty = |bytes: &[u8]| if bytes.is_empty() { Ok(None) } else { make(bytes).map(Some) };
+        let tensors =
+            kv.tensors.iter().map(|t| Ok([nonempty(&t.k)?, nonempty(&t.v)?])).collect::<Result<_, Error>>()?;
         kv.device = Some(Box::new(KvMirror { tensors }));
     }
     Ok(())
-}
-
-fn upload_nonempty(gpu: &Gpu, bytes: &[u8]) -> Result<Option<CudaSlice<u8>>, Error> {
-    if bytes.is_empty() { Ok(None) } else { gpu.upload(bytes).map(Some) }
 }
 
 impl Backend for Cuda {
@@ -318,7 +323,32 @@ impl Backend for Cuda {
         self.cpu.causal_conv1d(x, state, weight, kernel, row)
     }
 
+    /// The engine's cache is fresh here (zeros), so the device's is zeroed on the GPU rather
+    /// than copied: a cache of tens of GB would otherwise be as many GB of copies at start-up.
     fn prepare_kv(&self, kv: &mut KvCache) -> Result<(), String> {
-        mirror(&self.gpu(), kv).map_err(|e| e.to_string())
+        let gpu = self.gpu();
+        make_mirror(kv, |bytes| gpu.zeros::<u8>(bytes.len())).map_err(|e| e.to_string())
+    }
+
+    /// Weights the GPU multiplies are uploaded now, so the K/V cache is sized after them (and
+    /// a model that does not fit shows at load), and are not packed for the CPU (their host
+    /// bytes stay for row lookups: a tied embedding). One that does not fit in GPU memory
+    /// stays on the CPU, saying so.
+    fn prepare_weight(&self, w: Weight) -> Weight {
+        if !Self::will_be_on_gpu(&w) {
+            return self.cpu.prepare_weight(w);
+        }
+        match w.device.get_or_try_init(|| DeviceWeight::upload(&self.gpu(), &w)) {
+            Ok(_) => w,
+            Err(e) => {
+                tracing::warn!("a {} x {} {} weight stays on the CPU: {e}", w.rows, w.cols, w.ty.name());
+                self.cpu.prepare_weight(w)
+            }
+        }
+    }
+
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        let (free, total) = self.gpu().memory().ok()?;
+        Some(DeviceMemory { free, total })
     }
 }

@@ -119,6 +119,12 @@ impl Gpu {
         &self.stream
     }
 
+    /// Free and total device memory, in bytes.
+    pub fn memory(&self) -> Result<(u64, u64), Error> {
+        let (free, total) = self.stream.context().mem_get_info().ctx("asking for the free GPU memory")?;
+        Ok((free as u64, total as u64))
+    }
+
     /// Waits for every queued op (and surfaces the first error of any of them).
     pub fn synchronize(&self) -> Result<(), Error> {
         self.stream.synchronize().ctx("synchronizing")

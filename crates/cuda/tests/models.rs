@@ -106,6 +106,31 @@ fn check(path: &str, golden_name: &str, want: Want) {
     eprintln!("{path}: GPU ids and bits equal the goldens and the CPU ({:?} more GPU calls)", after - before);
 }
 
+/// At load (`--device cuda`: `Weight::for_matmul` asks the process's backend), a weight with a
+/// kernel goes to GPU memory and is not packed for the CPU; one without stays the CPU's.
+#[test]
+fn weights_with_a_kernel_are_uploaded_at_load_and_left_unpacked() {
+    use vllm_rs_kernels::{GgmlType, testing::quantize_random};
+    let _turn = one_at_a_time();
+    let Some(cuda) = cuda() else { return };
+    let free = || cuda.device_memory().expect("a GPU has memory").free;
+    let (w, before) = (quantize_random(GgmlType::Q4K, 64, 512, 1), free());
+    let bytes = w.bytes().len() as u64;
+    let w = cuda.prepare_weight(w);
+    assert!(w.device.is_made() && w.packed.is_none(), "a Q4_K weight was not uploaded, or was packed");
+    assert!(before - free() >= bytes, "{bytes} bytes uploaded, but the free GPU memory went {before} → {}", free());
+    let x: Vec<f32> = (0..3 * 512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let (mut got, mut want) = (vec![0f32; 3 * 64], vec![0f32; 3 * 64]);
+    let before = cuda.counts();
+    cuda.matmul(&x, 3, &w, &mut got);
+    assert_eq!(cuda.counts().matmuls, before.matmuls + 1, "the uploaded weight was not multiplied on the GPU");
+    scalar_cpu().matmul(&x, 3, &w, &mut want);
+    assert_eq!(got, want, "the GPU's product differs from the scalar CPU's");
+    let q41 = cuda.prepare_weight(quantize_random(GgmlType::Q4_1, 64, 512, 2));
+    assert!(!q41.device.is_made(), "Q4_1 has no CUDA kernel, yet was uploaded");
+    assert_eq!(q41.packed.is_some(), vllm_rs_kernels::isa::tier() == Tier::Avx512, "Q4_1 not packed as the CPU packs");
+}
+
 #[test]
 fn llama() {
     check("data/tiny/llama", "llama", Want::Goldens);

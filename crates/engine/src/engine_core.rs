@@ -180,6 +180,9 @@ pub enum EngineError {
     InvalidRequest(String),
     #[error("the engine has stopped")]
     Stopped,
+    /// A step failed (a device error, or a bug): the engine stopped with it.
+    #[error("the engine failed and has stopped: {0}")]
+    Failed(String),
 }
 
 pub struct EngineCore {

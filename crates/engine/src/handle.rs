@@ -8,7 +8,9 @@
 
 use crate::engine_core::{EngineConfig, EngineCore, EngineError, EngineRequest, RequestOutput};
 use crate::stats::EngineStats;
+use std::any::Any;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,7 @@ use vllm_rs_core::FinishReason;
 use vllm_rs_models::ModelInfo;
 
 type OutputSender = UnboundedSender<Result<RequestOutput, EngineError>>;
+type Failure = Arc<Mutex<Option<String>>>;
 
 enum Command {
     /// A request, where its outputs go, and the number of the stream that added it.
@@ -36,6 +39,8 @@ pub struct EngineHandle {
     pub model_info: ModelInfo,
     thread: Mutex<Option<JoinHandle<()>>>,
     next_stream: AtomicU64,
+    /// Why the engine stopped, if a step failed.
+    failure: Failure,
 }
 
 impl EngineHandle {
@@ -46,9 +51,11 @@ impl EngineHandle {
         let config = core.config.clone();
         let model_info = core.model().info().clone();
         let shared = stats.clone();
+        let failure = Failure::default();
+        let failed = failure.clone();
         let thread = std::thread::Builder::new()
             .name("vllm-rs-engine".into())
-            .spawn(move || engine_loop(core, rx, shared))
+            .spawn(move || engine_loop(core, rx, shared, failed))
             .expect("spawn engine thread");
         Arc::new(EngineHandle {
             tx,
@@ -57,6 +64,7 @@ impl EngineHandle {
             model_info,
             thread: Mutex::new(Some(thread)),
             next_stream: AtomicU64::new(0),
+            failure,
         })
     }
 
@@ -66,7 +74,7 @@ impl EngineHandle {
         let (out_tx, out_rx) = unbounded_channel();
         let id = req.request_id.clone();
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(Command::Add(Box::new(req), out_tx, stream)).map_err(|_| EngineError::Stopped)?;
+        self.tx.send(Command::Add(Box::new(req), out_tx, stream)).map_err(|_| self.stopped())?;
         Ok(RequestStream { request_id: id, rx: out_rx, cmd: self.tx.clone(), finished: false, stream })
     }
 
@@ -80,9 +88,18 @@ impl EngineHandle {
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Whether the engine thread is still running.
+    /// Whether the engine thread is still running (and no step has failed).
     pub fn is_alive(&self) -> bool {
-        self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|t| !t.is_finished())
+        self.failure.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+            && self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Why requests are refused now: the failed step's error, else a shutdown.
+    fn stopped(&self) -> EngineError {
+        match &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(msg) => EngineError::Failed(msg.clone()),
+            None => EngineError::Stopped,
+        }
     }
 
     /// Aborts everything still running and stops the thread.
@@ -144,7 +161,7 @@ impl Drop for RequestStream {
 /// Running requests: where their outputs go, and which stream added them.
 type Senders = HashMap<String, (u64, OutputSender)>;
 
-fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mutex<EngineStats>>) {
+fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mutex<EngineStats>>, failure: Failure) {
     let mut senders: Senders = HashMap::new();
     loop {
         // Sleep only when there is nothing to compute.
@@ -164,7 +181,13 @@ fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mut
             }
         }
         if core.has_unfinished() {
-            let outputs = core.step();
+            // A failed step (a CUDA error panics in the backend, whose ops return nothing) ends
+            // the engine: every running request gets the error rather than a silent end, new
+            // ones are refused, and the handle no longer reports it alive (`/health` fails).
+            let outputs = match std::panic::catch_unwind(AssertUnwindSafe(|| core.step())) {
+                Ok(outputs) => outputs,
+                Err(panic) => return fail(&senders, &panic, &failure),
+            };
             // Publish the stats before the outputs: a client that got its last token and then
             // reads the metrics sees its request finished.
             *stats.lock().unwrap_or_else(|e| e.into_inner()) = core.stats.clone();
@@ -185,6 +208,20 @@ fn engine_loop(mut core: EngineCore, rx: mpsc::Receiver<Command>, stats: Arc<Mut
             }
         }
         *stats.lock().unwrap_or_else(|e| e.into_inner()) = core.stats.clone();
+    }
+}
+
+/// Records a failed step's error and sends it to every running request.
+fn fail(senders: &Senders, panic: &Box<dyn Any + Send>, failure: &Failure) {
+    let msg = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a step panicked");
+    tracing::error!("the engine stopped: a step failed ({msg}); {} running requests get this error", senders.len());
+    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg.to_string());
+    for (_, tx) in senders.values() {
+        let _ = tx.send(Err(EngineError::Failed(msg.to_string())));
     }
 }
 

@@ -17,6 +17,7 @@
 use crate::attention::{AttentionParams, KvCache, SeqAttention, paged_attention_on};
 use crate::encoder_attention::{EncoderAttentionParams, RelativeBias, encoder_attention_on};
 use crate::isa::Tier;
+pub use crate::matmul::MatmulJob;
 use crate::ops::{self, Activation, RopeTable};
 use crate::weight::Weight;
 use crate::{matmul, pool, recurrent};
@@ -35,6 +36,15 @@ pub trait Backend: Send + Sync {
     /// `out = x · wᵀ` (`x` is `m × w.cols`, `out` is `m × w.rows`).
     fn matmul(&self, x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
         self.matmul_many(x, m, &[w], &mut [out]);
+    }
+
+    /// Several matmuls, each with its own activations (a MoE layer's experts, each over its
+    /// tokens): one kernel job for all of them where the weights allow; each output is
+    /// [`Backend::matmul`]'s.
+    fn matmul_jobs(&self, jobs: &mut [MatmulJob]) {
+        for j in jobs {
+            self.matmul(j.x, j.m, j.w, j.out);
+        }
     }
 
     /// `a += b` element-wise.
@@ -157,9 +167,9 @@ pub trait Backend: Send + Sync {
         out.extend(logits.chunks_exact(vocab).map(ops::argmax));
     }
 
-    /// Makes this backend's own copy of `kv` now (a device backend's: the whole cache in its
-    /// memory), so that a cache it cannot hold fails at start-up rather than at the first
-    /// request. The CPU has nothing to do.
+    /// Makes this backend's own copy of `kv`, a fresh (all-zero) cache, now (a device
+    /// backend's: the whole cache in its memory), so that a cache it cannot hold fails at
+    /// start-up rather than at the first request. The CPU has nothing to do.
     fn prepare_kv(&self, _kv: &mut KvCache) -> Result<(), String> {
         Ok(())
     }
@@ -168,6 +178,26 @@ pub trait Backend: Send + Sync {
     fn log_softmax(&self, logits: &[f32]) -> Vec<f32> {
         ops::log_softmax(logits)
     }
+
+    /// A model weight at load, made ready for this backend's matmuls ([`Weight::for_matmul`]):
+    /// the CPU packs it for its kernels ([`Weight::packed_for_cpu`]); a device backend uploads
+    /// the weights it multiplies itself and leaves them unpacked.
+    fn prepare_weight(&self, w: Weight) -> Weight {
+        w.packed_for_cpu()
+    }
+
+    /// The memory of the device this backend computes on, if it is not the host's: what sizes
+    /// the K/V cache for `--gpu-memory-utilization`.
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
+}
+
+/// A device's memory in bytes: free now, and in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMemory {
+    pub free: u64,
+    pub total: u64,
 }
 
 /// The CPU backend on one ISA tier: today's kernels.
@@ -228,6 +258,10 @@ impl Backend for Cpu {
 
     fn matmul_many(&self, x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
         matmul::matmul_many_on(self.tier, x, m, ws, outs)
+    }
+
+    fn matmul_jobs(&self, jobs: &mut [MatmulJob]) {
+        matmul::matmul_jobs_on(self.tier, jobs)
     }
 
     fn add_assign(&self, a: &mut [f32], b: &[f32]) {

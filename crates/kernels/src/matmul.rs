@@ -80,6 +80,8 @@ impl DenseTask<'_> {
 
 thread_local! {
     static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::default());
+    /// The activation sets of [`matmul_jobs_on`].
+    static JOB_ACTS: RefCell<Vec<QuantizedActs>> = const { RefCell::new(Vec::new()) };
     /// Activation rows interleaved in pairs for the AVX-512 dense kernel.
     static PAIRS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
@@ -119,14 +121,11 @@ pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mu
         let mut a = a.borrow_mut();
         a.quantize_into(tier, x, m, cols);
         #[cfg(target_arch = "x86_64")]
-        if tier == Tier::Avx512 {
-            let packed: [Option<&crate::packed::Packed>; 4] = std::array::from_fn(|i| ws.get(i)?.packed.as_deref());
-            let n = ws.len();
-            if n <= 4 && packed[..n].iter().all(|p| p.is_some()) {
-                let ps: [&crate::packed::Packed; 4] = std::array::from_fn(|i| packed[i.min(n - 1)].unwrap());
-                crate::packed::matmul_many(&ps[..n], &a, outs);
-                return;
-            }
+        if tier == Tier::Avx512
+            && let Some(ps) = ws.iter().map(|w| w.packed.as_deref()).collect::<Option<Vec<_>>>()
+        {
+            crate::packed::matmul_many(&ps, &a, outs);
+            return;
         }
         for (w, o) in ws.iter().zip(outs.iter_mut()) {
             #[cfg(target_arch = "x86_64")]
@@ -137,6 +136,46 @@ pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mu
             crate::qmatmul::qmatmul(tier, &a, w, o);
         }
     });
+}
+
+/// One product of a batch with different activations ([`matmul_jobs_on`]): `out = x · wᵀ`, `x`
+/// being `m × w.cols`.
+pub struct MatmulJob<'a> {
+    pub x: &'a [f32],
+    pub m: usize,
+    pub w: &'a Weight,
+    pub out: &'a mut [f32],
+}
+
+/// Several matmuls, each with its own activations (a MoE layer's experts over their tokens);
+/// each output is [`matmul_many_on`]'s. Packed weights (AVX-512) go as one pool job for all of
+/// them, with one quantization per distinct `x` (jobs that follow each other with the same `x`,
+/// as an expert's gate and up, share it); anything else runs job by job.
+pub fn matmul_jobs_on(tier: Tier, jobs: &mut [MatmulJob]) {
+    #[cfg(target_arch = "x86_64")]
+    if tier == Tier::Avx512 && jobs.iter().all(|j| j.w.packed.is_some() && j.w.bf16.is_none()) {
+        return JOB_ACTS.with_borrow_mut(|acts| {
+            let (mut n, mut prev) = (0, None);
+            let mut ps = Vec::with_capacity(jobs.len());
+            for j in jobs.iter_mut() {
+                let w = j.w;
+                assert_eq!(j.x.len(), j.m * w.cols, "matmul: x is not {} x {}", j.m, w.cols);
+                let key = (j.x.as_ptr(), j.x.len(), j.m);
+                if prev != Some(key) {
+                    if acts.len() == n {
+                        acts.push(QuantizedActs::default());
+                    }
+                    acts[n].quantize_into(tier, j.x, j.m, w.cols);
+                    (n, prev) = (n + 1, Some(key));
+                }
+                ps.push((w.packed.as_deref().expect("checked above"), n - 1, &mut *j.out));
+            }
+            crate::packed::matmul_jobs(&acts[..n], &mut ps);
+        });
+    }
+    for j in jobs {
+        matmul_many_on(tier, j.x, j.m, &[j.w], &mut [&mut *j.out]);
+    }
 }
 
 /// f32 matmul for dense weights (f32/f16/bf16), converted to f32 as they are read.
@@ -537,6 +576,32 @@ mod tests {
                     }
                     assert_eq!(got, &want, "{} among {types:?}, m = {m}", w.ty.name());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn matmul_jobs_equal_each_job_alone() {
+        // Experts over their own tokens: gate and up share each x; one set has 20 rows (several
+        // chunks), one a dense weight among them (job by job).
+        let k = 512;
+        let xs = [rand_vec(k, 1), rand_vec(3 * k, 2), rand_vec(20 * k, 3)];
+        let ms = [1, 3, 20];
+        for types in [[GgmlType::Q4K, GgmlType::Q8_0, GgmlType::Q6K], [GgmlType::Q4K, GgmlType::F16, GgmlType::Q8_0]] {
+            let ws: Vec<[Weight; 2]> = (0..3)
+                .map(|e| [0, 1].map(|i| quantize_random(types[e], 40 + 8 * e, k, (2 * e + i) as u64).for_matmul()))
+                .collect();
+            let mut outs: Vec<Vec<f32>> = (0..6).map(|j| vec![f32::NAN; ms[j / 2] * ws[j / 2][j % 2].rows]).collect();
+            let mut jobs: Vec<MatmulJob> = outs
+                .iter_mut()
+                .enumerate()
+                .map(|(j, out)| MatmulJob { x: &xs[j / 2], m: ms[j / 2], w: &ws[j / 2][j % 2], out })
+                .collect();
+            matmul_jobs_on(isa::tier(), &mut jobs);
+            for (j, got) in outs.iter().enumerate() {
+                let mut want = vec![0f32; got.len()];
+                matmul(&xs[j / 2], ms[j / 2], &ws[j / 2][j % 2], &mut want);
+                assert_eq!(got, &want, "job {j} of {types:?}");
             }
         }
     }

@@ -433,51 +433,67 @@ pub fn matmul(p: &Packed, a: &QuantizedActs, out: &mut [f32]) {
 }
 
 /// [`matmul`] for up to four weights of the same width and the same activations, as one job on
-/// the pool (q/k/v or gate/up: one quantization, one start and join). The weights' units of two
-/// blocks ([`Packed::unit`]) are cut into runs, which each thread claims one ahead: so the last
-/// unit of a run fetches the first of the thread's next run while it computes (a run's first
-/// unit was otherwise fetched by nobody: a third of all units in a decode step). Holding one
-/// run ahead leaves at most a run's imbalance at the end of the job; runs are short for that.
+/// the pool (q/k/v or gate/up: one quantization, one start and join).
 #[cfg(target_arch = "x86_64")]
 pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
+    assert!(ps.len() == outs.len());
+    let mut jobs: Vec<(&Packed, usize, &mut [f32])> =
+        ps.iter().zip(outs.iter_mut()).map(|(p, out)| (*p, 0, &mut **out)).collect();
+    matmul_jobs(std::slice::from_ref(a), &mut jobs);
+}
+
+/// Products of packed weights with several sets of activations (`(weight, index into acts,
+/// out)`: a MoE layer's experts, each over its own tokens), as one job on the pool: one start
+/// and join for all of them, and the threads balanced over all of them rather than over each
+/// small matrix in turn. Each output is [`matmul`]'s for its weight and activations.
+///
+/// The weights' units of two blocks ([`Packed::unit`]) are cut into runs, which each thread
+/// claims one ahead: so the last unit of a run fetches the first of the thread's next run while
+/// it computes (a run's first unit was otherwise fetched by nobody: a third of all units in a
+/// decode step). Holding one run ahead leaves at most a run's imbalance at the end of the job;
+/// runs are short for that.
+#[cfg(target_arch = "x86_64")]
+pub fn matmul_jobs(acts: &[QuantizedActs], jobs: &mut [(&Packed, usize, &mut [f32])]) {
     use crate::matmul::SyncPtr;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    const MAX: usize = 4;
-    let m = a.m;
-    assert!(ps.len() <= MAX && ps.len() == outs.len());
     assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
     let threads = crate::pool::global().n_threads();
-    // Per weight: units per run, and the first run of each weight.
-    let mut per = [0usize; MAX];
-    let mut first = [0usize; MAX + 1];
-    let mut out_ptr = [SyncPtr(std::ptr::null_mut()); MAX];
-    for (i, (p, out)) in ps.iter().zip(outs.iter_mut()).enumerate() {
-        assert!(a.k == p.cols && out.len() == m * p.rows);
+    // Per job: units per run, and the job's first run (`first[jobs.len()]` = all runs).
+    let mut per = Vec::with_capacity(jobs.len());
+    let mut first = Vec::with_capacity(jobs.len() + 1);
+    first.push(0);
+    for (p, ai, out) in jobs.iter_mut() {
+        let a = &acts[*ai];
+        assert!(a.k == p.cols && out.len() == a.m * p.rows, "packed matmul: shapes do not match");
         let units = p.units();
         // Several chunks of activation rows make a unit microseconds of work: runs of one unit
         // balance the threads best. With one chunk (decode) a unit is a fraction of a
         // microsecond, and runs of up to four amortize claiming them.
-        per[i] = if m > ACT_ROWS { 1 } else { units.div_ceil(threads * 4).clamp(1, 4) };
-        first[i + 1] = first[i] + units.div_ceil(per[i]);
-        out_ptr[i] = SyncPtr(out.as_mut_ptr());
+        let n = if a.m > ACT_ROWS { 1 } else { units.div_ceil(threads * 4).clamp(1, 4) };
+        per.push(n);
+        first.push(first.last().unwrap() + units.div_ceil(n));
     }
-    let runs = first[ps.len()];
-    // Run r as (weight, its units).
+    let outs: Vec<SyncPtr> = jobs.iter_mut().map(|(_, _, out)| SyncPtr(out.as_mut_ptr())).collect();
+    let ps: Vec<(&Packed, usize)> = jobs.iter().map(|(p, ai, _)| (*p, *ai)).collect();
+    let runs = *first.last().unwrap();
+    // Run r as (job, its units).
     let run = |r: usize| {
-        let wi = (0..ps.len()).find(|&i| r < first[i + 1]).expect("run of some weight");
-        let r = r - first[wi];
-        (wi, r * per[wi]..((r + 1) * per[wi]).min(ps[wi].units()))
+        let j = first.partition_point(|&f| f <= r) - 1;
+        let r = r - first[j];
+        (j, r * per[j]..((r + 1) * per[j]).min(ps[j].0.units()))
     };
     let next = AtomicUsize::new(0);
     let claim = || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&r| r < runs).map(run);
-    ACTS.with_borrow_mut(|x| {
-        x.build(a);
+    ACTS.with_borrow_mut(|chunks| {
+        chunks.resize_with(chunks.len().max(acts.len()), Default::default);
+        acts.iter().zip(chunks.iter_mut()).for_each(|(a, c)| c.build(a));
+        let chunks = &chunks[..];
         crate::pool::global().run(threads.min(runs), &|_| {
             let mut cur = claim();
-            while let Some((wi, units)) = cur {
+            while let Some((j, units)) = cur {
                 cur = claim();
-                let then = cur.as_ref().map(|(wj, next)| (ps[*wj], next.start));
-                run_units(ps[wi], x, units, then, out_ptr[wi]);
+                let then = cur.as_ref().map(|(k, next)| (ps[*k].0, next.start));
+                run_units(ps[j].0, &chunks[ps[j].1], units, then, outs[j]);
             }
         })
     });
@@ -485,7 +501,8 @@ pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    static ACTS: std::cell::RefCell<ActChunks> = Default::default();
+    /// Chunked activations, one per set of a [`matmul_jobs`] call.
+    static ACTS: std::cell::RefCell<Vec<ActChunks>> = Default::default();
 }
 
 /// A run's units against all activation rows, in blocks of activation rows that stay in L2

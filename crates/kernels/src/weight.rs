@@ -63,7 +63,8 @@ pub struct Weight {
     pub packed: Option<Arc<Packed>>,
     /// A dense weight rounded to bf16 for the bf16 compute mode ([`Weight::for_matmul`]).
     pub bf16: Option<Arc<PackedBf16>>,
-    /// A device backend's copy of the bytes, made on its first use of the weight.
+    /// A device backend's copy of the bytes, made at load ([`crate::Backend::prepare_weight`])
+    /// or on the backend's first use of the weight.
     pub device: DeviceCopy,
 }
 
@@ -74,6 +75,11 @@ pub struct Weight {
 pub struct DeviceCopy(Arc<OnceLock<Box<dyn Any + Send + Sync>>>);
 
 impl DeviceCopy {
+    /// Whether a backend has made its copy.
+    pub fn is_made(&self) -> bool {
+        self.0.get().is_some()
+    }
+
     /// The copy, made by `make` on the first call (a failed `make` leaves none).
     pub fn get_or_try_init<T: Any + Send + Sync, E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
         if self.0.get().is_none() {
@@ -103,15 +109,28 @@ impl Weight {
         Weight::new(GgmlType::F32, rows, cols, Storage::from_f32(values)).expect("f32 bytes fit the shape")
     }
 
+    /// This weight made ready for the matmuls of the process's backend
+    /// ([`crate::backend::default`], [`crate::Backend::prepare_weight`]): on the CPU, packed as
+    /// [`Weight::packed_for_cpu`] says; on a GPU, uploaded (where it has a kernel) instead.
+    pub fn for_matmul(self) -> Self {
+        crate::backend::default().prepare_weight(self)
+    }
+
+    /// Whether the bf16 compute mode ([`crate::bf16_matmul::set_dense_compute`]) takes this
+    /// weight: a dense one, while the mode is on.
+    pub fn computes_in_bf16(&self) -> bool {
+        use crate::bf16_matmul::{DenseCompute, dense_compute};
+        !self.ty.is_quantized() && dense_compute() == DenseCompute::Bf16
+    }
+
     /// This weight made ready for [`crate::matmul::matmul`] on the tier in use: quantized
     /// weights are repacked for the AVX-512 tier ([`crate::packed`]; the same bytes per weight
     /// but for Q2_K's byte-wide integer scales). The original bytes stay for row lookups (a tied
     /// embedding); mapped pages read while packing are handed back to the page cache. In the
     /// bf16 compute mode ([`crate::bf16_matmul::set_dense_compute`]) dense weights are rounded
     /// to bf16 and repacked ([`PackedBf16`]) on every tier.
-    pub fn for_matmul(mut self) -> Self {
-        use crate::bf16_matmul::{DenseCompute, dense_compute};
-        if !self.ty.is_quantized() && dense_compute() == DenseCompute::Bf16 {
+    pub fn packed_for_cpu(mut self) -> Self {
+        if self.computes_in_bf16() {
             if self.bf16.is_none() {
                 self.bf16 = Some(Arc::new(PackedBf16::pack(&self)));
                 self.storage.release_pages();

@@ -134,6 +134,7 @@ impl From<EngineError> for ApiError {
             EngineError::Param(p) => p.into(),
             EngineError::InvalidRequest(m) => ApiError::bad_request(m),
             EngineError::Stopped => ApiError::shutting_down(),
+            EngineError::Failed(m) => ApiError::internal(format!("the engine failed and has stopped: {m}")),
         }
     }
 }
