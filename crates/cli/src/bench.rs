@@ -78,6 +78,11 @@ pub struct PpTgArgs {
     /// Generation lengths to time (llama-bench `-n`), comma separated.
     #[arg(short = 'n', long, value_delimiter = ',', default_value = "128")]
     pub n_gen: Vec<usize>,
+    /// Tokens already in the KV cache before each test (llama-bench `-d`), comma separated:
+    /// `tg128 @ d4096` decodes after a 4,096-token prompt, `pp512 @ d4096` prefills 512 tokens
+    /// after 4,096 served from the prefix cache.
+    #[arg(short = 'd', long, value_delimiter = ',', default_value = "0")]
+    pub n_depth: Vec<usize>,
     /// Repetitions (llama-bench `-r`).
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
@@ -173,6 +178,28 @@ fn latency(a: LatencyArgs) -> Result<()> {
     Ok(())
 }
 
+/// One line of the pp/tg report: a prompt test (`n_gen` 0) or a generation test, at a depth.
+struct PpTgRow {
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+    mean: f64,
+    sd: f64,
+}
+
+impl PpTgRow {
+    fn new(n_prompt: usize, n_gen: usize, n_depth: usize, rates: &[f64]) -> Self {
+        let (mean, sd) = mean_sd(rates);
+        PpTgRow { n_prompt, n_gen, n_depth, mean, sd }
+    }
+
+    /// llama-bench's name: `pp512`, `tg128`, `tg128 @ d4096`.
+    fn test(&self) -> String {
+        let t = if self.n_gen == 0 { format!("pp{}", self.n_prompt) } else { format!("tg{}", self.n_gen) };
+        if self.n_depth == 0 { t } else { format!("{t} @ d{}", self.n_depth) }
+    }
+}
+
 /// mean ± sample standard deviation.
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let m = xs.iter().sum::<f64>() / xs.len() as f64;
@@ -186,65 +213,80 @@ fn pp_tg(a: PpTgArgs) -> Result<()> {
     }
     let mut engine = a.engine.clone();
     // One prompt is processed in one step, as llama-bench does with its default batch.
-    let longest = a.n_prompt.iter().copied().max().unwrap_or(0);
+    let depth = a.n_depth.iter().copied().max().unwrap_or(0);
+    let longest = depth + a.n_prompt.iter().copied().max().unwrap_or(0).max(1);
     engine.max_num_batched_tokens = Some(engine.max_num_batched_tokens.unwrap_or(2048).max(longest));
-    engine.no_enable_prefix_caching = true;
+    // The depth of a prompt test comes from the prefix cache; without depths, nothing may hit.
+    engine.no_enable_prefix_caching = depth == 0;
     let model = a.model.clone().unwrap_or_else(|| vllm_rs_hub::DEFAULT_MODEL.into());
     let mut l = setup::load(Some(&model), &engine)?;
     let vocab = l.core.model().info().vocab_size;
     let threads = vllm_rs_kernels::pool::global().n_threads();
     let mut rng = StdRng::seed_from_u64(0);
-    let mut rows: Vec<(String, usize, usize, f64, f64)> = Vec::new(); // test, n_prompt, n_gen, mean, sd
+    let mut rows: Vec<PpTgRow> = Vec::new();
     let mut id = 0;
     let mut next_id = || {
         id += 1;
         format!("pptg-{id}")
     };
-    for &p in &a.n_prompt {
-        // Warm-up, then repetitions: one request of p tokens, one output token.
-        let mut rates = Vec::new();
-        for rep in 0..=a.repetitions {
-            let secs = run_batch(&mut l.core, vec![request(next_id(), random_prompt(&mut rng, vocab, p), 1)])?;
-            if rep > 0 {
-                rates.push(p as f64 / secs);
-            }
+    for &d in &a.n_depth {
+        let prefix = random_prompt(&mut rng, vocab, d);
+        if d > 0 && !a.n_prompt.is_empty() {
+            run_batch(&mut l.core, vec![request(next_id(), prefix.clone(), 1)])?; // fills the prefix cache
         }
-        let (m, sd) = mean_sd(&rates);
-        rows.push((format!("pp{p}"), p, 0, m, sd));
-    }
-    for &n in &a.n_gen {
-        let mut rates = Vec::new();
-        for rep in 0..=a.repetitions {
-            // One prompt token, then n decode steps: time the decodes only.
-            let mut core_req = request(next_id(), random_prompt(&mut rng, vocab, 1), n + 1);
-            core_req.params.max_tokens = n + 1;
-            l.core.add_request(core_req).map_err(|e| anyhow::anyhow!("{e}"))?;
-            l.core.step(); // prompt
-            let t0 = Instant::now();
-            while l.core.has_unfinished() {
-                l.core.step();
+        for &p in &a.n_prompt {
+            // Warm-up, then repetitions: one request of the depth's prefix and p new tokens,
+            // one output token.
+            let mut rates = Vec::new();
+            for rep in 0..=a.repetitions {
+                let prompt = [prefix.clone(), random_prompt(&mut rng, vocab, p)].concat();
+                let t0 = Instant::now();
+                let out = l.core.generate(vec![request(next_id(), prompt, 1)]).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let secs = t0.elapsed().as_secs_f64();
+                let cached = out[0].num_cached_tokens;
+                // Blocks cut the depth at their bounds; tokens past them are prefilled and counted.
+                if cached * 2 < d {
+                    bail!("pp{p} @ d{d}: only {cached} of the {d} depth tokens came from the prefix cache");
+                }
+                if rep > 0 {
+                    rates.push((p + d - cached.min(d)) as f64 / secs);
+                }
             }
-            if rep > 0 {
-                rates.push(n as f64 / t0.elapsed().as_secs_f64());
-            }
+            rows.push(PpTgRow::new(p, 0, d, &rates));
         }
-        let (m, sd) = mean_sd(&rates);
-        rows.push((format!("tg{n}"), 0, n, m, sd));
+        for &n in &a.n_gen {
+            let mut rates = Vec::new();
+            for rep in 0..=a.repetitions {
+                // The depth's prompt (at least one token) in one step, then n decode steps:
+                // time the decodes only.
+                let prompt = if d > 0 { prefix.clone() } else { random_prompt(&mut rng, vocab, 1) };
+                l.core.add_request(request(next_id(), prompt, n + 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+                l.core.step(); // prompt
+                let t0 = Instant::now();
+                while l.core.has_unfinished() {
+                    l.core.step();
+                }
+                if rep > 0 {
+                    rates.push(n as f64 / t0.elapsed().as_secs_f64());
+                }
+            }
+            rows.push(PpTgRow::new(0, n, d, &rates));
+        }
     }
     if a.output == "json" {
         let json: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(test, p, n, m, sd)| {
-                serde_json::json!({"model": model, "n_threads": threads, "test": test, "n_prompt": p, "n_gen": n,
-                    "avg_ts": m, "stddev_ts": sd})
+            .map(|r| {
+                serde_json::json!({"model": model, "n_threads": threads, "test": r.test(), "n_prompt": r.n_prompt,
+                    "n_gen": r.n_gen, "n_depth": r.n_depth, "avg_ts": r.mean, "stddev_ts": r.sd})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         println!("| model | threads | test | t/s |");
         println!("| --- | ---: | ---: | ---: |");
-        for (test, _, _, m, sd) in &rows {
-            println!("| {model} | {threads} | {test} | {m:.2} ± {sd:.2} |");
+        for r in &rows {
+            println!("| {model} | {threads} | {} | {:.2} ± {:.2} |", r.test(), r.mean, r.sd);
         }
     }
     Ok(())

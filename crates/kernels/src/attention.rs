@@ -306,46 +306,56 @@ fn run_tasks<const T: u8>(
     pool::global().run(tasks.len(), &|ti| {
         let (s, ref kv_heads, c0, c1) = tasks[ti];
         let seq = &seqs[s];
-        // With several queries (prefill) a group's heads, up to `per_pass` at a time, share
-        // each K and V row's loads (SmolLM2 pp512 +20 %), and so do the task's queries, a tile
-        // of keys at a time (see [`Pass`]). With one (decode) the rows come from DRAM, and one
-        // head's simpler loop keeps more of those reads in flight (three heads a pass:
-        // batch-32 decode 7 % slower).
+        // Where a kv head's K and V outgrow L2, the task's rows and the group's heads go over
+        // the keys together, a tile at a time (see [`Pass`]): the tile comes from memory once
+        // and every (row, head) reads it from L2 (each head streaming the whole context again:
+        // Qwen2.5-0.5B decode at 3k tokens 21 % slower). Below that, one row at a time keeps
+        // its scores in L1.
+        let long = seq.seq_len * 2 * hd * esize > tiling.min_bytes;
+        let together = if long { c1 - c0 } else { 1 };
+        // With several queries (prefill) a pass takes up to `per_pass` heads of the group,
+        // sharing each K and V row's loads (SmolLM2 pp512 +20 %). With one (decode) one head's
+        // simpler loop keeps more reads in flight (three heads a pass: batch-32 decode 7 %
+        // slower; at 3k tokens, with the tiles in L2, the same speed).
         let per_pass = if c1 - c0 > 1 { vec_ops.heads_per_pass(hd) } else { 1 };
-        // The task's rows go over the keys together only where a kv head's K and V outgrow
-        // L2; below that one row at a time keeps its scores in L1.
-        let together = if seq.seq_len * 2 * hd * esize > tiling.min_bytes { c1 - c0 } else { 1 };
+        // The heads that share the tile loop: the whole group where their scores fit the
+        // scratch budget (very long prompts fall back to a pass's heads).
+        let at_once = if long && together * group * seq.seq_len <= tiling.max_scores { group } else { per_pass };
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
-            scratch.resize(together * per_pass * (seq.seq_len + hd), 0.0);
-            let (scores, acc) = scratch.split_at_mut(together * per_pass * seq.seq_len);
+            scratch.resize(together * at_once * (seq.seq_len + hd), 0.0);
+            let (scores, acc) = scratch.split_at_mut(together * at_once * seq.seq_len);
             for kvh in kv_heads.clone() {
-                let heads = kvh * group..(kvh + 1) * group;
-                for h0 in heads.clone().step_by(per_pass) {
-                    let pass = |r: usize| {
-                        let pos = seq.seq_len - seq.query_len + r;
-                        let t = seq.query_start + r;
-                        Pass {
-                            q: &q[t * q_row + h0 * hd..],
-                            head: h0,
-                            // SAFETY: the cache holds this kv head's columns of every row.
-                            k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
-                            v: unsafe { values.as_ptr().add(kvh * hd * esize) },
-                            row_bytes,
-                            table: (seq.block_table, block_size),
-                            keys: p.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1,
-                            // SAFETY: each (token, head) output row is written by exactly one task.
-                            out: unsafe { out_ptr.get().add(t * q_row + h0 * hd) },
-                        }
-                    };
+                let group_heads = kvh * group..(kvh + 1) * group;
+                let pass = |r: usize, head: usize| {
+                    let pos = seq.seq_len - seq.query_len + r;
+                    let t = seq.query_start + r;
+                    Pass {
+                        q: &q[t * q_row + head * hd..],
+                        // SAFETY: the cache holds this kv head's columns of every row.
+                        k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
+                        v: unsafe { values.as_ptr().add(kvh * hd * esize) },
+                        row_bytes,
+                        table: (seq.block_table, block_size),
+                        keys: p.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1,
+                        // SAFETY: each (token, head) output row is written by exactly one task.
+                        out: unsafe { out_ptr.get().add(t * q_row + head * hd) },
+                    }
+                };
+                for h0 in group_heads.clone().step_by(at_once) {
+                    let heads = h0..(h0 + at_once).min(group_heads.end);
                     for g0 in (c0..c1).step_by(together) {
                         let rows = g0..(g0 + together).min(c1);
-                        let passes = Passes { ops: vec_ops, p, key_tile: tiling.keys, rows, seq_len: seq.seq_len };
-                        match (h0 + per_pass).min(heads.end) - h0 {
-                            3 => passes.run::<T, 3>(&pass, scores, acc),
-                            2 => passes.run::<T, 2>(&pass, scores, acc),
-                            _ => passes.run::<T, 1>(&pass, scores, acc),
-                        }
+                        let passes = Passes {
+                            ops: vec_ops,
+                            p,
+                            key_tile: tiling.keys,
+                            rows,
+                            heads: heads.clone(),
+                            per_pass,
+                            seq_len: seq.seq_len,
+                        };
+                        passes.run::<T>(&pass, scores, acc);
                     }
                 }
             }
@@ -357,24 +367,25 @@ fn run_tasks<const T: u8>(
 const MAX_HEADS: usize = 3;
 
 /// How a task's queries share the reads of K and V: a tile of `keys` keys (K, then V) stays in
-/// L1/L2 while each of the task's queries reads it, instead of each query streaming the whole
-/// context (long prompts: `BENCHMARKS.md`) — where a kv head's K and V hold more than
-/// `min_bytes`; below, the queries run one at a time.
+/// L1/L2 while each of the task's queries, and each of a group's heads, reads it, instead of each
+/// streaming the whole context (long prompts and long-context decode: `BENCHMARKS.md`) — where a
+/// kv head's K and V hold more than `min_bytes`; below, the queries run one at a time. The
+/// group's heads share the tiles while the rows' scores of all of them fit `max_scores` floats;
+/// past it, a pass's heads at a time.
 #[derive(Clone, Copy)]
 struct Tiling {
     keys: usize,
     min_bytes: usize,
+    max_scores: usize,
 }
 
-const TILING: Tiling = Tiling { keys: 256, min_bytes: 1 << 20 };
+const TILING: Tiling = Tiling { keys: 256, min_bytes: 1 << 20, max_scores: 1 << 21 };
 
 /// Consecutive query heads of one token and one kv head: their queries (`head_dim` apart from
 /// `q`), where their kv head's K and V columns start in the cache, the block table and block
 /// size, the positions they attend, and their output.
 struct Pass<'a> {
     q: &'a [f32],
-    /// The first of the pass's query heads.
-    head: usize,
     k: *const u8,
     v: *const u8,
     row_bytes: usize,
@@ -383,61 +394,78 @@ struct Pass<'a> {
     out: *mut f32,
 }
 
-/// The passes of one task's queries (`rows` of its request) for the same heads.
+/// The passes of one task's queries (`rows` of its request) for the same query `heads` of one
+/// kv head, `per_pass` heads a pass.
 struct Passes<'a> {
     ops: VecOps,
     p: &'a AttentionParams,
     key_tile: usize,
     rows: Range<usize>,
+    heads: Range<usize>,
+    per_pass: usize,
     seq_len: usize,
 }
 
 impl Passes<'_> {
-    /// Attention for `H` heads of each row: scores over the keys in order, softmax, values in
-    /// key order — for each row and head exactly the arithmetic of a pass of its own; only the
-    /// loop over rows runs inside the loop over tiles of keys. `scores` holds `H` score rows of
-    /// `seq_len` floats per query row, `acc` `H · head_dim` floats per query row.
-    fn run<'p, const T: u8, const H: usize>(
-        &self,
-        pass: impl Fn(usize) -> Pass<'p>,
-        scores: &mut [f32],
-        acc: &mut [f32],
-    ) {
-        let (hd, len) = (self.p.head_dim, self.seq_len);
+    /// Attention for each row and head: scores over the keys in order, softmax, values in key
+    /// order — for each row and head exactly the arithmetic of a pass of its own; only the
+    /// loops over rows and passes run inside the loop over tiles of keys. `scores` holds one
+    /// score row of `seq_len` floats per (query row, head), `acc` `head_dim` floats each.
+    fn run<'p, const T: u8>(&self, pass: impl Fn(usize, usize) -> Pass<'p>, scores: &mut [f32], acc: &mut [f32]) {
+        let (hd, len, nh, h0) = (self.p.head_dim, self.seq_len, self.heads.len(), self.heads.start);
         let n = self.rows.len();
-        let (first, end) = (pass(self.rows.start).keys.start, pass(self.rows.end - 1).keys.end);
+        let (first, end) = (pass(self.rows.start, h0).keys.start, pass(self.rows.end - 1, h0).keys.end);
         let tiles = (first / self.key_tile * self.key_tile..end).step_by(self.key_tile);
+        let passes = || (0..nh).step_by(self.per_pass).map(|a| a..(a + self.per_pass).min(nh));
         let sp = scores.as_mut_ptr();
         // SAFETY (here and below): row i's score rows and accumulators lie in the scratch.
-        let sc = |i: usize, h: usize| unsafe { sp.add((i * H + h) * len) };
+        let sc = |i: usize, h: usize| unsafe { sp.add((i * nh + h) * len) };
         for t0 in tiles.clone() {
+            let tile = t0..t0 + self.key_tile;
             for (i, r) in self.rows.clone().enumerate() {
-                pass(r).scores::<T, H>(self.ops, self.p, t0..t0 + self.key_tile, std::array::from_fn(|h| sc(i, h)));
+                for hs in passes() {
+                    let (ps, tile) = (pass(r, h0 + hs.start), tile.clone());
+                    let sc = |h: usize| sc(i, hs.start + h);
+                    match hs.len() {
+                        3 => ps.scores::<T, 3>(self.ops, self.p, tile, std::array::from_fn(sc)),
+                        2 => ps.scores::<T, 2>(self.ops, self.p, tile, std::array::from_fn(sc)),
+                        _ => ps.scores::<T, 1>(self.ops, self.p, tile, std::array::from_fn(sc)),
+                    }
+                }
             }
         }
         for (i, r) in self.rows.clone().enumerate() {
-            let keys = pass(r).keys;
-            for h in 0..H {
-                let sc = &mut scores[(i * H + h) * len..][keys.clone()];
+            let keys = pass(r, h0).keys;
+            for h in 0..nh {
+                let sc = &mut scores[(i * nh + h) * len..][keys.clone()];
                 if let Some(cap) = self.p.softcap {
                     sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
                 }
-                let sink = self.p.sinks.as_ref().map(|s| s[pass(r).head + h]);
+                let sink = self.p.sinks.as_ref().map(|s| s[h0 + h]);
                 crate::ops::softmax_sink_on(self.ops.0, sc, sink);
             }
         }
-        acc[..n * H * hd].fill(0.0);
+        acc[..n * nh * hd].fill(0.0);
         let (sp, ap) = (scores.as_ptr(), acc.as_mut_ptr());
         for t0 in tiles {
+            let tile = t0..t0 + self.key_tile;
             for (i, r) in self.rows.clone().enumerate() {
-                let w = std::array::from_fn(|h| unsafe { sp.add((i * H + h) * len) });
-                let a = std::array::from_fn(|h| unsafe { ap.add((i * H + h) * hd) });
-                pass(r).values::<T, H>(self.ops, hd, t0..t0 + self.key_tile, w, a);
+                for hs in passes() {
+                    let (ps, tile) = (pass(r, h0 + hs.start), tile.clone());
+                    let w = |h: usize| unsafe { sp.add((i * nh + hs.start + h) * len) };
+                    let a = |h: usize| unsafe { ap.add((i * nh + hs.start + h) * hd) };
+                    match hs.len() {
+                        3 => ps.values::<T, 3>(self.ops, hd, tile, std::array::from_fn(w), std::array::from_fn(a)),
+                        2 => ps.values::<T, 2>(self.ops, hd, tile, std::array::from_fn(w), std::array::from_fn(a)),
+                        _ => ps.values::<T, 1>(self.ops, hd, tile, std::array::from_fn(w), std::array::from_fn(a)),
+                    }
+                }
             }
         }
         for (i, r) in self.rows.clone().enumerate() {
-            // SAFETY: the heads' output rows (the caller's task alone writes them).
-            unsafe { std::ptr::copy_nonoverlapping(acc[i * H * hd..].as_ptr(), pass(r).out, H * hd) };
+            // SAFETY: the heads' output rows, consecutive in the token's row (the caller's task
+            // alone writes them).
+            unsafe { std::ptr::copy_nonoverlapping(acc[i * nh * hd..].as_ptr(), pass(r, h0).out, nh * hd) };
         }
     }
 }
@@ -1055,21 +1083,26 @@ mod tests {
                     // Whole, in chunks and token by token; queries one at a time or together
                     // over keys in tiles of 256 (all at once here), of 8, or of 5 or 3 (runs
                     // cut at tiles that are not whole blocks).
-                    let alone = |keys| Tiling { keys, min_bytes: usize::MAX };
-                    let tiles = |keys| Tiling { keys, min_bytes: 0 };
+                    // A group's heads share the tiles, or (too many scores) a pass's heads do.
+                    let alone = |keys| Tiling { keys, min_bytes: usize::MAX, max_scores: usize::MAX };
+                    let tiles = |keys| Tiling { keys, min_bytes: 0, max_scores: usize::MAX };
+                    let passes = |keys| Tiling { keys, min_bytes: 0, max_scores: 0 };
                     let splits = [
                         (n, alone(256)),
                         (n, tiles(256)),
                         (n, tiles(8)),
                         (n, tiles(5)),
+                        (n, passes(8)),
                         (7, tiles(3)),
                         (7, alone(256)),
                         (1, alone(256)),
+                        (1, tiles(8)),
+                        (1, passes(5)),
                     ];
                     for (chunk, tiling) in splits {
                         let out =
                             run_chunked(tier, dtype, (&q, &k, &v), n, (chunk, tiling), (heads, kvh, hd, bs), &params);
-                        let tile = (tiling.keys, tiling.min_bytes == 0);
+                        let tile = (tiling.keys, tiling.min_bytes == 0, tiling.max_scores == 0);
                         for (a, b) in out.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < 1e-5,
