@@ -7,7 +7,8 @@
 //! between steps) gives the kernel's speed without DRAM.
 //!
 //! `cargo run --release -p vllm-rs-kernels --example attention -- [CONTEXT] [LAYERS] [HEADS] [KV_HEADS] [HEAD_DIM]`
-//! (defaults 3000, 24, 14, 2, 64; env SPREAD: the cache is that many times the request's blocks, 8)
+//! (defaults 3000, 24, 14, 2, 64; env SPREAD: the cache is that many times the request's blocks, 8;
+//! env QUERIES: new tokens a step, 1)
 use std::time::Instant;
 use vllm_rs_kernels::attention::{AttentionParams, KvCache, KvDtype, SeqAttention, paged_attention};
 use vllm_rs_kernels::testing::rand_vec;
@@ -44,9 +45,11 @@ fn main() {
         softcap: None,
         sinks: None,
     };
-    let q = rand_vec(heads * hd, 7);
-    let mut out = vec![0f32; heads * hd];
-    let seq = [SeqAttention { query_start: 0, query_len: 1, seq_len: context, block_table: &table }];
+    // QUERIES new tokens a step (1: decode; k + 1: a speculative step's verification).
+    let queries = std::env::var("QUERIES").map_or(1, |s| s.parse().expect("QUERIES: a number"));
+    let q = rand_vec(queries * heads * hd, 7);
+    let mut out = vec![0f32; queries * heads * hd];
+    let seq = [SeqAttention { query_start: 0, query_len: queries, seq_len: context, block_table: &table }];
     let step = |out: &mut [f32]| (0..layers).for_each(|l| paged_attention(&q, cache.layer(l), bs, &seq, &params, out));
     step(&mut out);
     let mut times = Vec::new();
@@ -59,7 +62,7 @@ fn main() {
     let median = times[times.len() / 2];
     let bytes = (2 * layers * context * row * 4) as f64;
     println!(
-        "context {context}, {layers} layers, {heads}/{kv_heads} heads of {hd}: {:.3} ms a step (median of 15), K/V {:.1} MB at {:.1} GB/s",
+        "context {context}, {queries} queries, {layers} layers, {heads}/{kv_heads} heads of {hd}: {:.3} ms a step (median of 15), K/V {:.1} MB at {:.1} GB/s",
         median * 1e3,
         bytes / 1e6,
         bytes / median / 1e9
