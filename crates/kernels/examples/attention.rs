@@ -53,7 +53,8 @@ fn main() {
     let step = |out: &mut [f32]| (0..layers).for_each(|l| paged_attention(&q, cache.layer(l), bs, &seq, &params, out));
     step(&mut out);
     let mut times = Vec::new();
-    for _ in 0..15 {
+    let iters = std::env::var("ITERS").map_or(15, |s| s.parse().expect("ITERS: a number"));
+    for _ in 0..iters {
         let t0 = Instant::now();
         step(&mut out);
         times.push(t0.elapsed().as_secs_f64());
@@ -62,7 +63,7 @@ fn main() {
     let median = times[times.len() / 2];
     let bytes = (2 * layers * context * row * 4) as f64;
     println!(
-        "context {context}, {queries} queries, {layers} layers, {heads}/{kv_heads} heads of {hd}: {:.3} ms a step (median of 15), K/V {:.1} MB at {:.1} GB/s",
+        "context {context}, {queries} queries, {layers} layers, {heads}/{kv_heads} heads of {hd}: {:.3} ms a step (median of {iters}), K/V {:.1} MB at {:.1} GB/s",
         median * 1e3,
         bytes / 1e6,
         bytes / median / 1e9
