@@ -42,15 +42,33 @@ impl Linear {
         ys: [&mut Vec<f32>; N],
     ) {
         let mut outs = ys;
+        Linear::matmul_many(be, ls, x, m, outs.each_mut().map(|y| &mut **y));
+        for (l, y) in ls.iter().zip(outs) {
+            l.add_bias(be, y);
+        }
+    }
+
+    /// [`Linear::forward_many`] without the biases (for blocks that add them later, with their
+    /// other element-wise steps).
+    pub fn matmul_many<const N: usize>(
+        be: &dyn Backend,
+        ls: [&Linear; N],
+        x: &[f32],
+        m: usize,
+        ys: [&mut Vec<f32>; N],
+    ) {
+        let mut outs = ys;
         for (l, y) in ls.iter().zip(outs.iter_mut()) {
             y.resize(m * l.weight.rows, 0.0);
         }
         let mut slices = outs.map(|y| y.as_mut_slice());
         be.matmul_many(x, m, &ls.map(|l| &l.weight), &mut slices);
-        for (l, y) in ls.iter().zip(slices) {
-            if let Some(b) = &l.bias {
-                be.add_rows(y, b);
-            }
+    }
+
+    /// Adds the bias, if any, to every row of `y`.
+    pub fn add_bias(&self, be: &dyn Backend, y: &mut [f32]) {
+        if let Some(b) = &self.bias {
+            be.add_rows(y, b);
         }
     }
 }

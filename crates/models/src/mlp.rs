@@ -42,12 +42,27 @@ impl GatedMlp {
         up: &mut Vec<f32>,
         out: &mut Vec<f32>,
     ) {
-        Linear::forward_many(be, [&self.gate_proj, &self.up_proj], x, m, [gate, up]);
+        Linear::matmul_many(be, [&self.gate_proj, &self.up_proj], x, m, [gate, up]);
+        self.activate(be, gate, up);
+        Linear::matmul_many(be, [&self.down_proj], gate, m, [out]);
+        self.finish(be, out);
+    }
+
+    /// What follows the gate and up matmuls (theirs alone, without biases): their biases, the
+    /// gate's scale and the activation, leaving the down projection's input in `gate`. A MoE
+    /// layer's experts, whose matmuls run as one job, call it too.
+    pub fn activate(&self, be: &dyn Backend, gate: &mut [f32], up: &mut [f32]) {
+        self.gate_proj.add_bias(be, gate);
+        self.up_proj.add_bias(be, up);
         if self.scales[0] != 1.0 {
             be.scale(gate, self.scales[0]);
         }
         be.gated_activation(self.act, gate, up);
-        self.down_proj.forward(be, gate, m, out);
+    }
+
+    /// What follows the down matmul: its bias and the output scale.
+    pub fn finish(&self, be: &dyn Backend, out: &mut [f32]) {
+        self.down_proj.add_bias(be, out);
         if self.scales[1] != 1.0 {
             be.scale(out, self.scales[1]);
         }
@@ -64,9 +79,15 @@ pub struct Mlp {
 impl Mlp {
     /// Writes `m × hidden` into `out`, using `inner` as scratch.
     pub fn forward(&self, be: &dyn Backend, x: &[f32], m: usize, inner: &mut Vec<f32>, out: &mut Vec<f32>) {
-        self.fc1.forward(be, x, m, inner);
-        be.activation(self.act, inner);
+        Linear::matmul_many(be, [&self.fc1], x, m, [inner]);
+        self.activate(be, inner);
         self.fc2.forward(be, inner, m, out);
+    }
+
+    /// What follows the `fc1` matmul (without its bias): the bias and the activation.
+    pub fn activate(&self, be: &dyn Backend, inner: &mut [f32]) {
+        self.fc1.add_bias(be, inner);
+        be.activation(self.act, inner);
     }
 }
 

@@ -115,34 +115,21 @@ impl Expert {
         }
     }
 
-    /// What follows the first projections' matmuls (as [`Expert::forward`] does it): their
-    /// biases, the gate's scale and the activation, leaving the second projection's input in
+    /// What follows the first projections' matmuls, as in [`Expert::forward`]
+    /// ([`GatedMlp::activate`], [`Mlp::activate`]): the second projection's input is left in
     /// `g` (`u`, the up projection's output, is unused by plain experts).
     fn activate(&self, be: &dyn Backend, g: &mut [f32], u: &mut [f32]) {
         match self {
-            Expert::Gated(mlp) => {
-                for (l, y) in [(&mlp.gate_proj, &mut *g), (&mlp.up_proj, &mut *u)] {
-                    l.bias.iter().for_each(|bias| be.add_rows(y, bias));
-                }
-                if mlp.scales[0] != 1.0 {
-                    be.scale(g, mlp.scales[0]);
-                }
-                be.gated_activation(mlp.act, g, u);
-            }
-            Expert::Plain(mlp) => {
-                mlp.fc1.bias.iter().for_each(|bias| be.add_rows(g, bias));
-                be.activation(mlp.act, g);
-            }
+            Expert::Gated(mlp) => mlp.activate(be, g, u),
+            Expert::Plain(mlp) => mlp.activate(be, g),
         }
     }
 
     /// What follows the second projection's matmul: its bias and the output scale.
     fn finish(&self, be: &dyn Backend, y: &mut [f32]) {
-        self.second().bias.iter().for_each(|bias| be.add_rows(y, bias));
-        if let Expert::Gated(mlp) = self
-            && mlp.scales[1] != 1.0
-        {
-            be.scale(y, mlp.scales[1]);
+        match self {
+            Expert::Gated(mlp) => mlp.finish(be, y),
+            Expert::Plain(mlp) => mlp.fc2.add_bias(be, y),
         }
     }
 
