@@ -393,7 +393,11 @@ unsafe fn block_rows_f<const F: usize>(
             }
             match x.c {
                 8 => go!(8),
+                7 => go!(7),
+                6 => go!(6),
+                5 => go!(5),
                 4 => go!(4),
+                3 => go!(3),
                 2 => go!(2),
                 _ => go!(1),
             }
