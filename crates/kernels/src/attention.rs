@@ -313,11 +313,12 @@ fn run_tasks<const T: u8>(
         // its scores in L1.
         let long = seq.seq_len * 2 * hd * esize > tiling.min_bytes;
         let together = if long { c1 - c0 } else { 1 };
-        // With several queries (prefill) a pass takes up to `per_pass` heads of the group,
-        // sharing each K and V row's loads (SmolLM2 pp512 +20 %). With one (decode) one head's
-        // simpler loop keeps more reads in flight (three heads a pass: batch-32 decode 7 %
-        // slower; at 3k tokens, with the tiles in L2, the same speed).
-        let per_pass = if c1 - c0 > 1 { vec_ops.heads_per_pass(hd) } else { 1 };
+        // Up to `per_pass` (row, head) queries a pass share each K and V row's loads (SmolLM2
+        // pp512 +20 %). Untiled decode keeps one: one head's simpler loop keeps more reads in
+        // flight (three heads a pass: batch-32 decode 7 % slower). Tiled, each tile's first
+        // pass takes one query, which brings the tile from memory with the most reads in
+        // flight, and the rest, reading it from L2, take three.
+        let per_pass = if c1 - c0 > 1 || long { vec_ops.heads_per_pass(hd) } else { 1 };
         // The heads that share the tile loop: the whole group where their scores fit the
         // scratch budget (very long prompts fall back to a pass's heads).
         let at_once = if long && together * group * seq.seq_len <= tiling.max_scores { group } else { per_pass };
@@ -327,16 +328,18 @@ fn run_tasks<const T: u8>(
             let (scores, acc) = scratch.split_at_mut(together * at_once * seq.seq_len);
             for kvh in kv_heads.clone() {
                 let group_heads = kvh * group..(kvh + 1) * group;
-                let pass = |r: usize, head: usize| {
+                let kv = KvHead {
+                    // SAFETY: the cache holds this kv head's columns of every row.
+                    k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
+                    v: unsafe { values.as_ptr().add(kvh * hd * esize) },
+                    row_bytes,
+                    table: (seq.block_table, block_size),
+                };
+                let query = |r: usize, head: usize| {
                     let pos = seq.seq_len - seq.query_len + r;
                     let t = seq.query_start + r;
-                    Pass {
-                        q: &q[t * q_row + head * hd..],
-                        // SAFETY: the cache holds this kv head's columns of every row.
-                        k: unsafe { cache.k.as_ptr().add(kvh * hd * esize) },
-                        v: unsafe { values.as_ptr().add(kvh * hd * esize) },
-                        row_bytes,
-                        table: (seq.block_table, block_size),
+                    Query {
+                        q: &q[t * q_row + head * hd..][..hd],
                         keys: p.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1,
                         // SAFETY: each (token, head) output row is written by exactly one task.
                         out: unsafe { out_ptr.get().add(t * q_row + head * hd) },
@@ -349,13 +352,15 @@ fn run_tasks<const T: u8>(
                         let passes = Passes {
                             ops: vec_ops,
                             p,
+                            kv,
                             key_tile: tiling.keys,
                             rows,
                             heads: heads.clone(),
                             per_pass,
+                            first_alone: long,
                             seq_len: seq.seq_len,
                         };
-                        passes.run::<T>(&pass, scores, acc);
+                        passes.run::<T>(&query, scores, acc);
                     }
                 }
             }
@@ -381,128 +386,157 @@ struct Tiling {
 
 const TILING: Tiling = Tiling { keys: 256, min_bytes: 1 << 20, max_scores: 1 << 21 };
 
-/// Consecutive query heads of one token and one kv head: their queries (`head_dim` apart from
-/// `q`), where their kv head's K and V columns start in the cache, the block table and block
-/// size, the positions they attend, and their output.
-struct Pass<'a> {
-    q: &'a [f32],
+/// One kv head's cache of one request: where its K and V columns start, the row stride, and
+/// the block table and block size.
+#[derive(Clone, Copy)]
+struct KvHead<'a> {
     k: *const u8,
     v: *const u8,
     row_bytes: usize,
     table: (&'a [u32], usize),
+}
+
+/// One query row and head: its query (`head_dim` floats), the positions it attends, its output.
+struct Query<'a> {
+    q: &'a [f32],
     keys: Range<usize>,
     out: *mut f32,
 }
 
-/// The passes of one task's queries (`rows` of its request) for the same query `heads` of one
-/// kv head, `per_pass` heads a pass.
+/// The queries of one task's `rows` of its request and `heads` of one kv head, a tile of keys
+/// at a time: up to `per_pass` (row, head) queries with the same keys in the tile a pass (the
+/// first pass of each tile one alone where `first_alone`).
 struct Passes<'a> {
     ops: VecOps,
     p: &'a AttentionParams,
+    kv: KvHead<'a>,
     key_tile: usize,
     rows: Range<usize>,
     heads: Range<usize>,
     per_pass: usize,
+    first_alone: bool,
     seq_len: usize,
 }
 
 impl Passes<'_> {
     /// Attention for each row and head: scores over the keys in order, softmax, values in key
-    /// order — for each row and head exactly the arithmetic of a pass of its own; only the
-    /// loops over rows and passes run inside the loop over tiles of keys. `scores` holds one
-    /// score row of `seq_len` floats per (query row, head), `acc` `head_dim` floats each.
-    fn run<'p, const T: u8>(&self, pass: impl Fn(usize, usize) -> Pass<'p>, scores: &mut [f32], acc: &mut [f32]) {
+    /// order — for each (row, head) exactly the arithmetic of a pass of its own; only the
+    /// loops over queries and passes run inside the loop over tiles of keys. `scores` holds
+    /// one score row of `seq_len` floats per (query row, head), `acc` `head_dim` floats each.
+    fn run<'p, const T: u8>(&self, query: impl Fn(usize, usize) -> Query<'p>, scores: &mut [f32], acc: &mut [f32]) {
         let (hd, len, nh, h0) = (self.p.head_dim, self.seq_len, self.heads.len(), self.heads.start);
         let n = self.rows.len();
-        let (first, end) = (pass(self.rows.start, h0).keys.start, pass(self.rows.end - 1, h0).keys.end);
+        let (first, end) = (query(self.rows.start, h0).keys.start, query(self.rows.end - 1, h0).keys.end);
         let tiles = (first / self.key_tile * self.key_tile..end).step_by(self.key_tile);
-        let passes = || (0..nh).step_by(self.per_pass).map(|a| a..(a + self.per_pass).min(nh));
-        let sp = scores.as_mut_ptr();
-        // SAFETY (here and below): row i's score rows and accumulators lie in the scratch.
-        let sc = |i: usize, h: usize| unsafe { sp.add((i * nh + h) * len) };
-        for t0 in tiles.clone() {
-            let tile = t0..t0 + self.key_tile;
-            for (i, r) in self.rows.clone().enumerate() {
-                for hs in passes() {
-                    let (ps, tile) = (pass(r, h0 + hs.start), tile.clone());
-                    let sc = |h: usize| sc(i, hs.start + h);
-                    match hs.len() {
-                        3 => ps.scores::<T, 3>(self.ops, self.p, tile, std::array::from_fn(sc)),
-                        2 => ps.scores::<T, 2>(self.ops, self.p, tile, std::array::from_fn(sc)),
-                        _ => ps.scores::<T, 1>(self.ops, self.p, tile, std::array::from_fn(sc)),
-                    }
-                }
-            }
-        }
-        for (i, r) in self.rows.clone().enumerate() {
-            let keys = pass(r, h0).keys;
-            for h in 0..nh {
-                let sc = &mut scores[(i * nh + h) * len..][keys.clone()];
-                if let Some(cap) = self.p.softcap {
-                    sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
-                }
-                let sink = self.p.sinks.as_ref().map(|s| s[h0 + h]);
-                crate::ops::softmax_sink_on(self.ops.0, sc, sink);
-            }
-        }
+        // Query j is (row j / nh, head j % nh) of the task; its score row and accumulator.
         acc[..n * nh * hd].fill(0.0);
-        let (sp, ap) = (scores.as_ptr(), acc.as_mut_ptr());
-        for t0 in tiles {
-            let tile = t0..t0 + self.key_tile;
-            for (i, r) in self.rows.clone().enumerate() {
-                for hs in passes() {
-                    let (ps, tile) = (pass(r, h0 + hs.start), tile.clone());
-                    let w = |h: usize| unsafe { sp.add((i * nh + hs.start + h) * len) };
-                    let a = |h: usize| unsafe { ap.add((i * nh + hs.start + h) * hd) };
-                    match hs.len() {
-                        3 => ps.values::<T, 3>(self.ops, hd, tile, std::array::from_fn(w), std::array::from_fn(a)),
-                        2 => ps.values::<T, 2>(self.ops, hd, tile, std::array::from_fn(w), std::array::from_fn(a)),
-                        _ => ps.values::<T, 1>(self.ops, hd, tile, std::array::from_fn(w), std::array::from_fn(a)),
-                    }
+        let (sp, ap) = (scores.as_mut_ptr(), acc.as_mut_ptr());
+        // SAFETY (here and below): each query's score row and accumulator lie in the scratch.
+        let sc = |j: usize| unsafe { sp.add(j * len) };
+        let qj = |j: usize| query(self.rows.start + j / nh, h0 + j % nh);
+        for t0 in tiles.clone() {
+            self.each_pass(t0..t0 + self.key_tile, &qj, |js, keys| {
+                let (ops, p, q) = (self.ops, self.p, |j: usize| qj(j).q);
+                match js.len() {
+                    3 => self.kv.scores::<T, 3>(ops, p, keys, of(js, q), of(js, sc)),
+                    2 => self.kv.scores::<T, 2>(ops, p, keys, of(js, q), of(js, sc)),
+                    _ => self.kv.scores::<T, 1>(ops, p, keys, of(js, q), of(js, sc)),
                 }
-            }
+            });
         }
-        for (i, r) in self.rows.clone().enumerate() {
+        for j in 0..n * nh {
+            let keys = qj(j).keys;
+            // SAFETY: the query's scores for its keys, written above.
+            let sc = unsafe { std::slice::from_raw_parts_mut(sc(j).add(keys.start), keys.len()) };
+            if let Some(cap) = self.p.softcap {
+                sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+            }
+            let sink = self.p.sinks.as_ref().map(|s| s[h0 + j % nh]);
+            crate::ops::softmax_sink_on(self.ops.0, sc, sink);
+        }
+        let w = |j: usize| sc(j) as *const f32;
+        let a = |j: usize| unsafe { ap.add(j * hd) };
+        for t0 in tiles {
+            self.each_pass(t0..t0 + self.key_tile, &qj, |js, keys| match js.len() {
+                3 => self.kv.values::<T, 3>(self.ops, hd, keys, of(js, w), of(js, a)),
+                2 => self.kv.values::<T, 2>(self.ops, hd, keys, of(js, w), of(js, a)),
+                _ => self.kv.values::<T, 1>(self.ops, hd, keys, of(js, w), of(js, a)),
+            });
+        }
+        for i in 0..n {
             // SAFETY: the heads' output rows, consecutive in the token's row (the caller's task
             // alone writes them).
-            unsafe { std::ptr::copy_nonoverlapping(acc[i * nh * hd..].as_ptr(), pass(r, h0).out, nh * hd) };
+            unsafe { std::ptr::copy_nonoverlapping(acc[i * nh * hd..].as_ptr(), qj(i * nh).out, nh * hd) };
+        }
+    }
+
+    /// Calls `f(queries, keys)` for the passes over `tile`: the task's queries in order, up to
+    /// `per_pass` a pass whose keys in the tile are the same (rows of a prompt differ in the
+    /// last tiles).
+    fn each_pass<'p>(
+        &self,
+        tile: Range<usize>,
+        qj: &impl Fn(usize) -> Query<'p>,
+        mut f: impl FnMut(&[usize], Range<usize>),
+    ) {
+        let nh = self.heads.len();
+        let keys = |j: usize| {
+            let k = qj(j).keys;
+            k.start.max(tile.start)..k.end.min(tile.end)
+        };
+        let (all, mut j, mut cap) = (self.rows.len() * nh, 0, if self.first_alone { 1 } else { self.per_pass });
+        let mut js = [0; MAX_HEADS];
+        while j < all {
+            let k = keys(j);
+            let mut e = j + 1;
+            // Queries of one row share its keys; the next row's only where its range in the
+            // tile is the same.
+            while e < all && e - j < cap && (e % nh != 0 || keys(e) == k) {
+                e += 1;
+            }
+            js.iter_mut().zip(j..e).for_each(|(x, y)| *x = y);
+            f(&js[..e - j], k);
+            (j, cap) = (e, self.per_pass);
         }
     }
 }
 
-impl Pass<'_> {
-    /// The scores of `H` heads for the keys in `tile` that this pass attends, into `sc[h][key]`.
+/// `f` of each of the first `H` of `js`.
+fn of<const H: usize, X>(js: &[usize], f: impl Fn(usize) -> X) -> [X; H] {
+    std::array::from_fn(|x| f(js[x]))
+}
+
+impl KvHead<'_> {
+    /// The scores of `H` queries for `keys`, into `sc[h][key]`.
     fn scores<const T: u8, const H: usize>(
         &self,
         ops: VecOps,
         p: &AttentionParams,
-        tile: Range<usize>,
+        keys: Range<usize>,
+        q: [&[f32]; H],
         sc: [*mut f32; H],
     ) {
         let (table, bs) = self.table;
-        let (hd, keys) = (p.head_dim, self.keys.start.max(tile.start)..self.keys.end.min(tile.end));
-        let q: [&[f32]; H] = std::array::from_fn(|h| &self.q[h * hd..(h + 1) * hd]);
         for (i, slot, n) in Runs::new(table, bs, keys.start, keys.end) {
             // SAFETY: the run's slots lie in the cache (block tables hold valid blocks); each
-            // head's scores have room for every position the pass attends.
+            // query's scores have room for every position it attends.
             let k = unsafe { self.k.add(slot * self.row_bytes) };
             ops.dots_heads::<T, H>(q, k, self.row_bytes, p.scale, sc.map(|s| unsafe { s.add(keys.start + i) }), n);
         }
     }
 
-    /// `acc[h] += Σ w[h][key] · V[key]` over the keys in `tile` that this pass attends, in order.
+    /// `acc[h] += Σ w[h][key] · V[key]` over `keys`, in order.
     fn values<const T: u8, const H: usize>(
         &self,
         ops: VecOps,
         hd: usize,
-        tile: Range<usize>,
+        keys: Range<usize>,
         w: [*const f32; H],
         acc: [*mut f32; H],
     ) {
         let (table, bs) = self.table;
-        let keys = self.keys.start.max(tile.start)..self.keys.end.min(tile.end);
         for (i, slot, n) in Runs::new(table, bs, keys.start, keys.end) {
-            // SAFETY: as above; each head's weights hold the run's n from its first key.
+            // SAFETY: as above; each query's weights hold the run's n from its first key.
             let v = unsafe { self.v.add(slot * self.row_bytes) };
             ops.axpys_heads::<T, H>(acc, w.map(|w| unsafe { w.add(keys.start + i) }), v, self.row_bytes, hd, n);
         }
@@ -1047,7 +1081,8 @@ mod tests {
         for (hd, bs) in [(20, 4), (64, 4), (128, 4), (256, 4), (20, 16), (64, 16), (128, 16)] {
             chunk_and_tier_invariant(hd, bs, (4, 2));
         }
-        // Groups of three heads (one pass of three on the AVX-512 tier) and of seven (3 + 3 + 1).
+        // Groups of three heads (one pass of three on the AVX-512 tier) and of seven (passes of
+        // three queries, across a prompt's rows where their keys in a tile are the same).
         for (hd, bs) in [(64, 16), (128, 4)] {
             chunk_and_tier_invariant(hd, bs, (9, 3));
             chunk_and_tier_invariant(hd, bs, (7, 1));

@@ -742,8 +742,11 @@ mod tests {
             for k in ks(ty) {
                 // 13 rows: one block; 150: ten blocks, whose last band is short; 300: runs of
                 // several blocks a task (on two threads).
-                let shapes =
-                    [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 70].map(|m| (13, m)).into_iter().chain([(150, 1), (150, 70), (300, 9)]);
+                let shapes = [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 70].map(|m| (13, m)).into_iter().chain([
+                    (150, 1),
+                    (150, 70),
+                    (300, 9),
+                ]);
                 for (n, m) in shapes {
                     let w = quantize_random(ty, n, k, 31);
                     let p = Packed::pack(&w).expect("packable");
