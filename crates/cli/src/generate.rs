@@ -189,6 +189,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let secs = t0.elapsed().as_secs_f64();
     let generated: usize = outs.iter().map(|o| o.proc.token_ids.len()).sum();
     tracing::info!("generated {generated} tokens in {secs:.2} s ({:.1} tok/s)", generated as f64 / secs.max(1e-9));
+    if let Some(line) = vllm_rs_engine::stat_logger::spec_decode_line(&Default::default(), &l.core.stats, secs) {
+        tracing::info!("{line}");
+    }
     print_outputs(&a, &prompts, &outs)
 }
 

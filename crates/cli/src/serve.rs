@@ -93,6 +93,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub return_tokens_as_token_ids: bool,
 
+    /// Do not log the engine's statistics (throughput, requests running and waiting, KV cache
+    /// usage, prefix cache hits, speculative acceptance), which are otherwise logged every
+    /// $VLLM_LOG_STATS_INTERVAL seconds (10) while requests run, as vLLM logs them.
+    #[arg(long)]
+    pub disable_log_stats: bool,
+
     /// Send a `: keep-alive` SSE comment after this many idle seconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub sse_keep_alive_interval: u64,
@@ -243,8 +249,9 @@ pub fn run(a: ServeArgs, started: Instant) -> Result<()> {
         let engine_args = a.engine.clone();
         let name = served_model_names[0].clone();
         let tools = a.tools.clone();
+        let log_stats = (!a.disable_log_stats).then(log_stats_interval).transpose()?;
         vllm_rs_server::serve(listener, state, move || {
-            load(model_arg, &engine_args, &name, &tools, overrides).map_err(|e| format!("{e:#}"))
+            load(model_arg, &engine_args, &name, &tools, overrides, log_stats).map_err(|e| format!("{e:#}"))
         })
         .await
         .map_err(anyhow::Error::msg)
@@ -257,6 +264,7 @@ fn load(
     served_name: &str,
     tools: &ToolArgs,
     overrides: Option<serde_json::Map<String, serde_json::Value>>,
+    log_stats: Option<Duration>,
 ) -> Result<ModelContext> {
     // A testing aid: hold the model back so tests can see the server before it is ready.
     if let Some(ms) = std::env::var("VLLM_RS_SERVE_LOAD_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
@@ -282,8 +290,12 @@ fn load(
     if defaults != SamplingDefaults::default() {
         info!("default sampling parameters (generation config and its overrides): {defaults:?}");
     }
+    let engine = EngineHandle::spawn(l.core);
+    if let Some(interval) = log_stats {
+        vllm_rs_engine::stat_logger::spawn(&engine, interval);
+    }
     Ok(ModelContext {
-        runner: Runner::Generate(EngineHandle::spawn(l.core)),
+        runner: Runner::Generate(engine),
         defaults,
         tokenizer: l.tokenizer,
         chat_template: l.chat_template.map(|t| Arc::clone(&t)),
@@ -293,6 +305,20 @@ fn load(
         reasoning,
         grammar_compiler: Default::default(),
     })
+}
+
+/// How often engine statistics are logged: $VLLM_LOG_STATS_INTERVAL seconds, as vLLM reads it.
+fn log_stats_interval() -> Result<Duration> {
+    match std::env::var("VLLM_LOG_STATS_INTERVAL") {
+        Err(_) => Ok(vllm_rs_engine::stat_logger::DEFAULT_INTERVAL),
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .with_context(|| format!("VLLM_LOG_STATS_INTERVAL={v:?}: give a number of seconds above 0")),
+    }
 }
 
 /// An embedding model's context: the pooling runner, no chat template or sampling defaults.

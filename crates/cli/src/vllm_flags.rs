@@ -258,7 +258,6 @@ const FLAGS: &[(&[&str], Takes, Verdict)] = &[
     (&["--enable-tower-connector-lora"], Nothing, Ignored(LORA)),
     (&["--default-mm-loras"], One, Ignored(LORA)),
     // Logging, metrics, tracing.
-    (&["--disable-log-stats"], Nothing, Ignored("engine statistics are not logged periodically here")),
     (&["--aggregate-engine-logging"], Nothing, Ignored("there is one engine to log")),
     (&["--enable-logging-iteration-details"], Nothing, Ignored(NOT_LOGGED)),
     (&["--enable-log-outputs"], Nothing, Ignored(NOT_LOGGED)),

@@ -23,12 +23,27 @@ fn ngram_speculation_through_the_server() {
         assert!(!plain.get("/metrics").1.contains("spec_decode"), "no speculation metrics without the flag");
         completion(&plain)
     };
-    let s = Server::start(&["--speculative-config", r#"{"method": "ngram", "num_speculative_tokens": 4}"#]);
+    let spec = ["--speculative-config", r#"{"method": "ngram", "num_speculative_tokens": 4}"#];
+    let s = Server::start_with_env(&spec, &[("VLLM_LOG_STATS_INTERVAL", "0.2")]);
     assert_eq!(completion(&s), want, "speculation changed the greedy text");
     let drafts = s.metric("vllm:spec_decode_num_draft_tokens_total");
     let accepted = s.metric("vllm:spec_decode_num_accepted_tokens_total");
     assert!(accepted > 0.0 && accepted <= drafts, "drafts {drafts}, accepted {accepted}");
     assert!(s.metric("vllm:spec_decode_num_drafts_total") > 0.0);
+    // The periodic statistics, as vLLM logs them, name the acceptance.
+    let logged = |s: &Server, what: &str| {
+        (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            s.log().contains(what)
+        })
+    };
+    assert!(logged(&s, "Avg generation throughput: "), "{}", s.log());
+    assert!(logged(&s, "SpecDecoding metrics: Mean acceptance length: "), "{}", s.log());
+    let quiet =
+        Server::start_with_env(&[&spec[..], &["--disable-log-stats"]].concat(), &[("VLLM_LOG_STATS_INTERVAL", "0.2")]);
+    completion(&quiet);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(!quiet.log().contains("Avg generation throughput"), "--disable-log-stats: {}", quiet.log());
 }
 
 #[test]

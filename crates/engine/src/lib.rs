@@ -10,6 +10,7 @@ pub mod runner;
 pub mod sampler;
 pub mod sampling_params;
 pub mod speculative;
+pub mod stat_logger;
 pub mod stats;
 pub mod structured_output;
 
