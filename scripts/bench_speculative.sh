@@ -14,7 +14,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MODEL=${1:-qwen05}
 ROUNDS=${2:-3}
-SPEC=${3:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'}
+SPEC=${3:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}'}
 N=${N:-384}
 THREADS=${THREADS:-2}
 VLLM_RS=${VLLM_RS:-$REPO/target/release/vllm-rs}

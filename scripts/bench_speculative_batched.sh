@@ -12,7 +12,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO/scripts/wait_healthy.sh"
 MODEL=${1:?usage: bench_speculative_batched.sh MODEL [SPEC_JSON]}
-SPEC=${2:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'}
+SPEC=${2:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}'}
 CONCURRENCY=${CONCURRENCY:-1 16 64}
 INPUT=${INPUT:-256}
 OUTPUT=${OUTPUT:-128}

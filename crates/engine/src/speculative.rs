@@ -24,10 +24,11 @@ pub struct SpeculativeConfig {
     pub model: Option<String>,
     /// Draft tokens proposed per step.
     pub num_speculative_tokens: usize,
-    /// Shortest and longest suffix n-gram looked up in the request's own tokens.
-    #[serde(default = "one")]
+    /// Shortest and longest suffix n-gram looked up in the request's own tokens. As vLLM sets
+    /// them: one given, the other is the same; neither, both 5 ([`SpeculativeConfig::parse`]).
+    #[serde(default, deserialize_with = "given")]
     pub prompt_lookup_min: usize,
-    #[serde(default = "five")]
+    #[serde(default, deserialize_with = "given")]
     pub prompt_lookup_max: usize,
     /// No drafts while more requests than this run (verification then costs more compute than
     /// it saves: decode at that batch size is no longer bound by weight reads). Default 4, where
@@ -41,12 +42,16 @@ fn four() -> Option<usize> {
     Some(4)
 }
 
-fn one() -> usize {
-    1
+/// A given n-gram length (0 stands for "not given", so a given 0 is refused).
+fn given<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("prompt_lookup_min and prompt_lookup_max must be at least 1")),
+        n => Ok(n),
+    }
 }
-fn five() -> usize {
-    5
-}
+
+/// vLLM's n-gram lengths when neither is given.
+const DEFAULT_NGRAM: usize = 5;
 
 /// vLLM's per-model MTP method names, which it maps to `mtp`.
 const MTP_ALIASES: &[&str] = &[
@@ -82,6 +87,11 @@ impl SpeculativeConfig {
         if c.method.is_empty() && c.model.is_some() {
             c.method = "draft_model".into();
         }
+        (c.prompt_lookup_min, c.prompt_lookup_max) = match (c.prompt_lookup_min, c.prompt_lookup_max) {
+            (0, 0) => (DEFAULT_NGRAM, DEFAULT_NGRAM),
+            (0, n) | (n, 0) => (n, n),
+            given => given,
+        };
         if MTP_ALIASES.contains(&c.method.as_str()) {
             c.method = "mtp".into(); // as vLLM 0.33 renames them
         }
@@ -188,7 +198,20 @@ mod tests {
             .unwrap();
         let b = SpeculativeConfig::parse("method=ngram, num_speculative_tokens=4, prompt_lookup_max=3").unwrap();
         assert_eq!(a, b);
-        assert_eq!((a.prompt_lookup_min, a.disable_by_batch_size), (1, Some(4)));
+        // As vLLM fills them in: the one not given is the one given; neither, both 5.
+        assert_eq!((a.prompt_lookup_min, a.disable_by_batch_size), (3, Some(4)));
+        let lookup = |json: &str| {
+            let c = SpeculativeConfig::parse(json).unwrap();
+            (c.prompt_lookup_min, c.prompt_lookup_max)
+        };
+        assert_eq!(lookup(r#"{"method": "ngram", "num_speculative_tokens": 4}"#), (5, 5));
+        assert_eq!(lookup(r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2}"#), (2, 2));
+        assert_eq!(
+            lookup(
+                r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}"#
+            ),
+            (1, 4)
+        );
         let d = SpeculativeConfig::parse(r#"{"model": "qwen05", "num_speculative_tokens": 3}"#).unwrap();
         assert!(d.is_draft_model() && d.model.as_deref() == Some("qwen05"));
         let m = SpeculativeConfig::parse("method=deepseek_mtp,num_speculative_tokens=2").unwrap();
@@ -210,6 +233,7 @@ mod tests {
                 "<=",
             ),
             ("method=ngram,num_speculative_tokens", "key=value"),
+            (r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 0}"#, "at least 1"),
         ] {
             let e = SpeculativeConfig::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

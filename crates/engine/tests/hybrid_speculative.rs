@@ -127,7 +127,7 @@ fn oracle_drafts(model: &str, n: usize, budget: usize) {
 fn check(model: &str) {
     oracle_drafts(model, 1, 2048);
     oracle_drafts(model, 32, 48);
-    let ngram = r#"{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}"#;
+    let ngram = r#"{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}"#;
     let (drafted, accepted) = greedy_output_is_exact(model, ngram);
     assert!(drafted > accepted, "{model}: n-gram drafts proposed and some rejected");
     let (drafted, accepted) = greedy_output_is_exact(model, r#"{"model": "llama", "num_speculative_tokens": 3}"#);

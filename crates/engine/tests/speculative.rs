@@ -62,7 +62,7 @@ fn ngram_drafts_keep_greedy_output_exact() {
     let mut plain = engine(None, 2048);
     let want = run(&mut plain, &prompts, prompts.len(), true);
 
-    let spec = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}"#;
+    let spec = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}"#;
     let mut alone = engine(Some(spec), 2048);
     for (i, w) in want.iter().enumerate() {
         let got = run(&mut alone, &prompts[i..=i], 1, true);
@@ -90,8 +90,7 @@ fn ngram_drafts_keep_greedy_output_exact() {
 
     // 32 at once, with a budget small enough that drafts are cut and requests wait (and no
     // batch-size cut, so drafts are verified in the batch).
-    let spec =
-        r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "disable_by_batch_size": null}"#;
+    let spec = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "disable_by_batch_size": null}"#;
     let mut batch = engine(Some(spec), 64);
     let got = run(&mut batch, &prompts, 32, false);
     for (i, g) in got.iter().enumerate() {
