@@ -444,15 +444,18 @@ impl Passes<'_> {
                 }
             });
         }
-        for j in 0..n * nh {
-            let keys = qj(j).keys;
-            // SAFETY: the query's scores for its keys, written above.
-            let sc = unsafe { std::slice::from_raw_parts_mut(sc(j).add(keys.start), keys.len()) };
+        for j0 in (0..n * nh).step_by(8) {
+            let count = (n * nh - j0).min(8);
+            let mut rows: [&mut [f32]; 8] = std::array::from_fn(|r| {
+                let Some(keys) = (r < count).then(|| qj(j0 + r).keys) else { return &mut [][..] };
+                // SAFETY: query j0 + r's scores for its keys, written above (each row its own).
+                unsafe { std::slice::from_raw_parts_mut(sc(j0 + r).add(keys.start), keys.len()) }
+            });
             if let Some(cap) = self.p.softcap {
-                sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
+                rows.iter_mut().flat_map(|r| r.iter_mut()).for_each(|x| *x = (*x / cap).tanh() * cap);
             }
-            let sink = self.p.sinks.as_ref().map(|s| s[h0 + j % nh]);
-            crate::ops::softmax_sink_on(self.ops.0, sc, sink);
+            let sink = |r: usize| self.p.sinks.as_ref().map(|s| s[h0 + (j0 + r) % nh]);
+            crate::ops::softmax_rows_on(self.ops.0, &mut rows[..count], sink);
         }
         let w = |j: usize| sc(j) as *const f32;
         let a = |j: usize| unsafe { ap.add(j * hd) };

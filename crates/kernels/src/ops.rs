@@ -393,6 +393,48 @@ pub(crate) fn softmax_on(tier: crate::isa::Tier, x: &mut [f32]) {
 /// Without a sink, exactly [`softmax_on`]'s arithmetic; with one, its term is added to the sum
 /// last.
 pub(crate) fn softmax_sink_on(tier: crate::isa::Tier, x: &mut [f32], sink: Option<f32>) {
+    let max = exp_from_max(tier, x, sink);
+    let sum = x.iter().fold(0.0, |s, v| s + v);
+    normalize(x, sum, sink.map(|s| (s, max)));
+}
+
+/// [`softmax_sink_on`] of each row (row `i` with sink `sinks(i)`), with the same bits: the
+/// rows' sequential sums run side by side, eight at a time (a row's sum alone is a chain of
+/// dependent adds as long as the row, bound by the add's latency: at 3,000 keys a fifth of a
+/// speculative verification's attention).
+pub(crate) fn softmax_rows_on(tier: crate::isa::Tier, rows: &mut [&mut [f32]], sinks: impl Fn(usize) -> Option<f32>) {
+    for (c, chunk) in rows.chunks_mut(8).enumerate() {
+        let sink = |r: usize| sinks(8 * c + r);
+        let mut max = [0f32; 8];
+        for (r, x) in chunk.iter_mut().enumerate() {
+            max[r] = exp_from_max(tier, x, sink(r));
+        }
+        let sums = sums8(chunk);
+        for (r, x) in chunk.iter_mut().enumerate() {
+            normalize(x, sums[r], sink(r).map(|s| (s, max[r])));
+        }
+    }
+}
+
+/// The sequential sums of up to eight rows, in lockstep over the positions all of them have.
+fn sums8(rows: &[&mut [f32]]) -> [f32; 8] {
+    let common = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    // Missing rows repeat the first (their sums are dropped): one loop for any count.
+    let p: [&[f32]; 8] = std::array::from_fn(|r| &rows[if r < rows.len() { r } else { 0 }][..common]);
+    let mut s = [0f32; 8];
+    for j in 0..common {
+        for (sr, pr) in s.iter_mut().zip(&p) {
+            *sr += pr[j];
+        }
+    }
+    for (sr, row) in s.iter_mut().zip(rows) {
+        *sr = row[common..].iter().fold(*sr, |s, v| s + v);
+    }
+    s
+}
+
+/// `x[i] = exp(x[i] - max)`, where `max` (returned) is that of `x` and the sink.
+fn exp_from_max(tier: crate::isa::Tier, x: &mut [f32], sink: Option<f32>) -> f32 {
     let max = x.iter().copied().fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
     #[cfg(target_arch = "x86_64")]
     let done = if matches!(tier, crate::isa::Tier::Avx2 | crate::isa::Tier::Avx512) {
@@ -407,8 +449,12 @@ pub(crate) fn softmax_sink_on(tier: crate::isa::Tier, x: &mut [f32], sink: Optio
         0
     };
     x[done..].iter_mut().for_each(|v| *v = exp(*v - max));
-    let mut sum: f32 = x.iter().fold(0.0, |s, v| s + v);
-    if let Some(sink) = sink {
+    max
+}
+
+/// `x /= sum`, where the sum also holds the sink's term `exp(sink - max)`, added last.
+fn normalize(x: &mut [f32], mut sum: f32, sink_max: Option<(f32, f32)>) {
+    if let Some((sink, max)) = sink_max {
         sum += exp(sink - max);
     }
     let inv = 1.0 / sum;
@@ -613,6 +659,30 @@ pub fn add_assign(a: &mut [f32], b: &[f32]) {
 mod tests {
     use super::*;
     use crate::testing::rand_vec;
+
+    /// Rows side by side (any count, lengths differing, with and without sinks) give each row
+    /// the bits of its softmax alone, on every tier.
+    #[test]
+    fn softmax_rows_give_each_row_s_own_softmax_bits() {
+        for tier in crate::isa::Tier::available() {
+            for count in [1, 3, 7, 8, 11] {
+                let data: Vec<Vec<f32>> =
+                    (0..count).map(|r| rand_vec(300 + 13 * r, r as u64).iter().map(|x| 8.0 * x).collect()).collect();
+                for sinks in [false, true] {
+                    let sink = |r: usize| sinks.then_some(r as f32 - 3.0);
+                    let mut got = data.clone();
+                    let mut rows: Vec<&mut [f32]> = got.iter_mut().map(|r| &mut r[..]).collect();
+                    softmax_rows_on(tier, &mut rows, sink);
+                    for (r, (row, x)) in got.iter().zip(&data).enumerate() {
+                        let mut want = x.clone();
+                        softmax_sink_on(tier, &mut want, sink(r));
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(row), bits(&want), "{tier:?} {count} rows, row {r}, sinks {sinks}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn rms_norm_matches_f64() {
