@@ -16,23 +16,23 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 pub fn spawn(handle: &Arc<EngineHandle>, interval: Duration) {
     let handle: Weak<EngineHandle> = Arc::downgrade(handle);
     let spawned = std::thread::Builder::new().name("vllm-rs-stats".into()).spawn(move || {
-        let mut last = (Instant::now(), EngineStats::default(), false);
+        // The previous line's time and statistics, and whether its interval had activity.
+        let (mut then, mut prev, mut was_active) = (Instant::now(), EngineStats::default(), false);
         loop {
             std::thread::sleep(interval);
             let Some(h) = handle.upgrade() else { return };
             let (now, stats) = (Instant::now(), h.stats());
-            let lines = lines(&last.1, &stats, now.duration_since(last.0).as_secs_f64());
-            let active = stats.prompt_tokens_total != last.1.prompt_tokens_total
-                || stats.generation_tokens_total != last.1.generation_tokens_total;
-            for line in lines {
+            let active = stats.prompt_tokens_total != prev.prompt_tokens_total
+                || stats.generation_tokens_total != prev.generation_tokens_total;
+            for line in lines(&prev, &stats, now.duration_since(then).as_secs_f64()) {
                 // The first idle interval after activity is still logged: it shows the drop.
-                if active || last.2 {
+                if active || was_active {
                     tracing::info!("{line}");
                 } else {
                     tracing::debug!("{line}");
                 }
             }
-            last = (now, stats, active);
+            (then, prev, was_active) = (now, stats, active);
         }
     });
     if let Err(e) = spawned {

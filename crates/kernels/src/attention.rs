@@ -307,7 +307,7 @@ fn run_tasks<const T: u8>(
         let (s, ref kv_heads, c0, c1) = tasks[ti];
         let seq = &seqs[s];
         // Where a kv head's K and V outgrow L2, the task's rows and the group's heads go over
-        // the keys together, a tile at a time (see [`Pass`]): the tile comes from memory once
+        // the keys together, a tile at a time (see [`Passes`]): the tile comes from memory once
         // and every (row, head) reads it from L2 (each head streaming the whole context again:
         // Qwen2.5-0.5B decode at 3k tokens 21 % slower). Below that, one row at a time keeps
         // its scores in L1.
@@ -368,7 +368,7 @@ fn run_tasks<const T: u8>(
     });
 }
 
-/// The most query heads one pass takes (see [`VecOps::heads_per_pass`]).
+/// The most (row, head) queries one pass takes (see [`VecOps::heads_per_pass`]).
 const MAX_HEADS: usize = 3;
 
 /// How a task's queries share the reads of K and V: a tile of `keys` keys (K, then V) stays in
@@ -576,8 +576,9 @@ impl VecOps {
         }
     }
 
-    /// How many of a group's query heads one [`Pass`] takes: three where the AVX-512 register
-    /// file holds their accumulators (head sizes 64 and 128), else one.
+    /// How many queries (a group's heads, of one row or several) one pass of [`Passes`] takes:
+    /// three where the AVX-512 register file holds their accumulators (head sizes 64 and 128),
+    /// else one.
     fn heads_per_pass(self, head_dim: usize) -> usize {
         if self.0 == crate::isa::Tier::Avx512 && matches!(head_dim, 64 | 128) { MAX_HEADS } else { 1 }
     }
