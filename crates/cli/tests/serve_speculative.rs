@@ -59,6 +59,28 @@ fn draft_model_speculation_through_the_server() {
 }
 
 #[test]
+fn a_bad_stats_interval_is_refused_at_start_up() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
+        .args(["serve", "--port", "0"])
+        .env("VLLM_LOG_STATS_INTERVAL", "soon")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    // A server that took the value would run on: stop it rather than wait for ever.
+    let ended = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        child.try_wait().expect("waits").is_some()
+    });
+    if !ended {
+        child.kill().expect("kills");
+    }
+    let out = child.wait_with_output().expect("waits");
+    assert!(ended && !out.status.success(), "the server started with VLLM_LOG_STATS_INTERVAL=soon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("VLLM_LOG_STATS_INTERVAL=\"soon\": give a number of seconds above 0"), "{err}");
+}
+
+#[test]
 fn a_bad_speculative_config_is_refused_at_start_up() {
     let out = Command::new(env!("CARGO_BIN_EXE_vllm-rs"))
         .args(["serve", "--speculative-config", r#"{"method": "medusa", "model": "m", "num_speculative_tokens": 3}"#])
