@@ -1,12 +1,13 @@
 //! From `--model` and engine options to a ready engine: resolve and fetch the model, load the
 //! weights, tokenizer, chat template and generation defaults, size the KV cache.
 
-use crate::args::{EngineArgs, KvCacheDtypeArg, LogprobsModeArg, MambaCacheModeArg, PolicyArg, RunnerArg};
+use crate::args::{ActivationBitsArg, EngineArgs, KvCacheDtypeArg, LogprobsModeArg, MambaCacheModeArg, PolicyArg, RunnerArg};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
+use vllm_rs_kernels::isa::Tier;
 use vllm_rs_engine::{
     DraftWeights, EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy, draft_state_slots,
     kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
@@ -55,6 +56,26 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
     }
 }
 
+/// Applies `--activation-bits`: int8 activations run on the CPU backends only (a GPU's kernels
+/// quantize to int16), and pay only where the AVX-512 VNNI tier dots them.
+fn set_activation_bits(arg: ActivationBitsArg, tier: Tier, backend: &str) -> Result<()> {
+    use vllm_rs_kernels::quant_act::{ActBits, set_activation_bits};
+    if arg == ActivationBitsArg::Sixteen {
+        set_activation_bits(ActBits::Int16);
+        return Ok(());
+    }
+    if !backend.starts_with("cpu") {
+        bail!("--activation-bits 8: int8 activations are a CPU mode; the {backend} backend computes with 16 (drop the flag, or use --device cpu)");
+    }
+    set_activation_bits(ActBits::Int8);
+    if tier == Tier::Avx512 {
+        info!("--activation-bits 8: quantized weights are dotted with int8 activations (faster, slightly less accurate)");
+    } else {
+        warn!("--activation-bits 8: this CPU has no AVX-512 VNNI, so int8 activations are no faster here, only less accurate");
+    }
+    Ok(())
+}
+
 /// Loads the model with the runner `--runner` asks for (`auto`: pooling for encoder models).
 pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> {
     let t0 = Instant::now();
@@ -84,6 +105,7 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
     crate::device::select(&args.vllm.device)?;
     let backend = vllm_rs_kernels::backend::default().name();
     info!("compute: the {backend} backend, {} threads", vllm_rs_kernels::pool::global().n_threads());
+    set_activation_bits(args.activation_bits, tier, backend)?;
 
     let resolved = resolve(model, args)?;
     info!("model: {}", resolved.description);

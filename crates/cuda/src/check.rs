@@ -13,7 +13,7 @@ use vllm_rs_kernels::attention::{AttentionParams, KvCache, KvDtype, SeqAttention
 use vllm_rs_kernels::backend::{Backend, Cpu};
 use vllm_rs_kernels::isa::Tier;
 use vllm_rs_kernels::ops::{self, Activation, RopeTable};
-use vllm_rs_kernels::quant_act::QuantizedActs;
+use vllm_rs_kernels::quant_act::{ActBits, QuantizedActs};
 use vllm_rs_kernels::testing::{quantize_random, rand_vec};
 use vllm_rs_kernels::{GgmlType, Weight};
 
@@ -200,7 +200,7 @@ fn quantize(gpu: &Gpu, out: &mut Vec<CheckResult>) -> Result<()> {
     let (m, k) = (3, 896);
     let x: Vec<f32> = rand_vec(m * k, 9).iter().enumerate().map(|(i, v)| v * (1 + i % 7) as f32).collect();
     let mut want = QuantizedActs::default();
-    want.quantize_into(Tier::Scalar, &x, m, k);
+    want.quantize_into(Tier::Scalar, ActBits::Int16, &x, m, k);
     let mut acts = DeviceActs::new(gpu, m, k)?;
     gpu.quantize_acts(&gpu.upload(&x)?, &mut acts)?;
     out.push(compare_exact("quantize_acts: values".into(), &gpu.download(&acts.q)?, &want.q));

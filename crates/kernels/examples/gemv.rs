@@ -5,9 +5,10 @@
 //! `cargo run --release -p vllm-rs-kernels --example gemv -- TYPE [THREADS] [ROWS] [COLS] [M]`
 //! TYPE is a GGUF type id (0 f32, 1 f16, 30 bf16, 3 Q4_1, 6 Q5_0, 8 Q8_0, 12 Q4_K, …);
 //! defaults: 2 threads, 1536 × 576 matrices (SmolLM2's MLP), M = 1 activation row.
-//! `GEMV_BF16=1` runs dense types in the bf16 compute mode (`--dtype bfloat16`).
+//! `GEMV_BF16=1` runs dense types in the bf16 compute mode (`--dtype bfloat16`), `GEMV_INT8=1`
+//! quantized types with int8 activations (`--activation-bits 8`).
 use std::time::Instant;
-use vllm_rs_kernels::{GgmlType, bf16_matmul, matmul, pool, testing};
+use vllm_rs_kernels::{GgmlType, bf16_matmul, matmul, pool, quant_act, testing};
 
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
@@ -18,6 +19,9 @@ fn main() {
     pool::init_global(threads);
     if std::env::var_os("GEMV_BF16").is_some() {
         bf16_matmul::set_dense_compute(bf16_matmul::DenseCompute::Bf16);
+    }
+    if std::env::var_os("GEMV_INT8").is_some() {
+        quant_act::set_activation_bits(quant_act::ActBits::Int8);
     }
     let one = ty.bytes_for(rows * cols).expect("whole blocks");
     // 256 MiB of weights or more (GEMV_MIB overrides: a small total measures in-cache speed).

@@ -119,7 +119,7 @@ pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mu
     assert_eq!(x.len(), m * cols, "matmul: x is not {m} x {cols}");
     ACTS.with(|a| {
         let mut a = a.borrow_mut();
-        a.quantize_into(tier, x, m, cols);
+        a.quantize_into(tier, crate::quant_act::activation_bits(), x, m, cols);
         #[cfg(target_arch = "x86_64")]
         if tier == Tier::Avx512
             && let Some(ps) = ws.iter().map(|w| w.packed.as_deref()).collect::<Option<Vec<_>>>()
@@ -165,7 +165,7 @@ pub fn matmul_jobs_on(tier: Tier, jobs: &mut [MatmulJob]) {
                     if acts.len() == n {
                         acts.push(QuantizedActs::default());
                     }
-                    acts[n].quantize_into(tier, j.x, j.m, w.cols);
+                    acts[n].quantize_into(tier, crate::quant_act::activation_bits(), j.x, j.m, w.cols);
                     (n, prev) = (n + 1, Some(key));
                 }
                 ps.push((w.packed.as_deref().expect("checked above"), n - 1, &mut *j.out));

@@ -23,7 +23,7 @@
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
 use crate::qpanel::group_of;
 #[cfg(target_arch = "x86_64")]
-use crate::quant_act::QuantizedActs;
+use crate::quant_act::{ActBits, QuantizedActs};
 use crate::weight::Weight;
 
 /// Rows in a block: the 32-bit lanes of a 512-bit vector.
@@ -322,28 +322,34 @@ struct Scratch {
 
 #[cfg(target_arch = "x86_64")]
 /// Activation rows as the kernels read them, in chunks of [`ACT_ROWS`] rows (the last one
-/// shorter): within a chunk of `c` rows, pair `p` (values `2p, 2p + 1`)
-/// of its row `i` is word `p·c + i`, and the scale and scaled sum of weight group `g` are
-/// `g·c + i` — so a kernel reads every row's values from one pointer and fixed offsets.
+/// shorter): within a chunk of `c` rows, word `p·c + i` is pair `p` (values `2p, 2p + 1`) of
+/// its row `i` — or with int8 activations quad `p`, values `4p, 4p + 2, 4p + 1, 4p + 3` in that
+/// order, as [`crate::packed_avx512`]'s int8 weight vectors have them — and the scale, scaled
+/// sum (and, int8, integer sum) of weight group `g` are at `g·c + i`: so a kernel reads every
+/// row's values from one pointer and fixed offsets.
 #[derive(Default)]
 pub struct ActChunks {
     m: usize,
     k: usize,
+    pub bits: ActBits,
     q: Vec<u32>,
-    /// Per group of 32 values (`[0]`) and of 16 (`[1]`): scales, and scaled sums.
+    /// Per group of 32 values (`[0]`) and of 16 (`[1]`): scales, scaled sums, and sums (which
+    /// the int8 kernels read).
     d: [Vec<f32>; 2],
     dsum: [Vec<f32>; 2],
+    sum: [Vec<i32>; 2],
 }
 
 #[cfg(target_arch = "x86_64")]
-/// One chunk of [`ActChunks`]: `c` rows, and where its values, scales and scaled sums (for
-/// weight groups of `group` values) start.
+/// One chunk of [`ActChunks`]: `c` rows, and where its values, scales, scaled sums and (int8)
+/// sums for weight groups of `group` values start.
 #[derive(Clone, Copy)]
 pub struct ActChunk {
     pub c: usize,
     pub q: *const u32,
     pub d: *const f32,
     pub dsum: *const f32,
+    pub sum: *const i32,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -352,38 +358,57 @@ pub const ACT_ROWS: usize = 8;
 
 #[cfg(target_arch = "x86_64")]
 impl ActChunks {
+    /// Values in a word: a pair, or an int8 quad.
+    fn per_word(&self) -> usize {
+        if self.bits == ActBits::Int8 { 4 } else { 2 }
+    }
+
     /// Lays out `a` (reusing the buffers), chunks split over the pool's threads from 16.
     pub fn build(&mut self, a: &QuantizedActs) {
         use crate::pool::Rows;
         let (m, k) = (a.m, a.k);
-        (self.m, self.k) = (m, k);
-        self.q.resize(m * k / 2, 0);
-        for ((d, dsum), per) in self.d.iter_mut().zip(&mut self.dsum).zip([k / 32, k / 16]) {
+        (self.m, self.k, self.bits) = (m, k, a.bits);
+        let (words, int8) = (k / self.per_word(), a.bits == ActBits::Int8);
+        self.q.resize(m * words, 0);
+        for (((d, dsum), sum), per) in self.d.iter_mut().zip(&mut self.dsum).zip(&mut self.sum).zip([k / 32, k / 16]) {
             d.resize(m * per, 0.0);
             dsum.resize(m * per, 0.0);
+            sum.resize(m * per, 0);
         }
-        let q = Rows::new(&mut self.q, k / 2);
+        let q = Rows::new(&mut self.q, words);
         let [d32, d16] = &mut self.d;
         let [s32, s16] = &mut self.dsum;
-        let scales =
-            [(Rows::new(d32, k / 32), Rows::new(s32, k / 32)), (Rows::new(d16, k / 16), Rows::new(s16, k / 16))];
+        let [i32s, i16s] = &mut self.sum;
+        let per = [k / 32, k / 16];
+        let scales = [
+            (Rows::new(d32, per[0]), Rows::new(s32, per[0]), Rows::new(i32s, per[0])),
+            (Rows::new(d16, per[1]), Rows::new(s16, per[1]), Rows::new(i16s, per[1])),
+        ];
         crate::pool::split(m.div_ceil(ACT_ROWS), 2, &|chunks| {
             for r0 in chunks.map(|c| c * ACT_ROWS) {
                 let c = Self::rows(m, r0);
-                let src = [(&a.d, &a.dsum32, k / 32), (&a.d16, &a.dsum16, k / 16)];
-                for ((d, dsum), (sd, sdsum, per)) in scales.iter().zip(src) {
+                let src = [(&a.d, &a.dsum32, &a.sum32, per[0]), (&a.d16, &a.dsum16, &a.sum16, per[1])];
+                for ((d, dsum, sum), (sd, sdsum, ssum, per)) in scales.iter().zip(src) {
                     // SAFETY: the chunks of one `split` part are its own.
-                    let (d, dsum) = unsafe { (d.part(r0..r0 + c), dsum.part(r0..r0 + c)) };
+                    let (d, dsum, sum) = unsafe { (d.part(r0..r0 + c), dsum.part(r0..r0 + c), sum.part(r0..r0 + c)) };
                     for i in 0..c {
                         for g in 0..per {
                             let at = (r0 + i) * per + g;
-                            (d[g * c + i], dsum[g * c + i]) = (sd[at], sdsum[at]);
+                            (d[g * c + i], dsum[g * c + i], sum[g * c + i]) = (sd[at], sdsum[at], ssum[at]);
                         }
                     }
                 }
                 // SAFETY: as above.
                 let q = unsafe { q.part(r0..r0 + c) };
                 let rows = &a.q[r0 * k..(r0 + c) * k];
+                if int8 {
+                    for (i, row) in rows.chunks_exact(k).enumerate() {
+                        for (w, x) in q.iter_mut().skip(i).step_by(c).zip(row.chunks_exact(4)) {
+                            *w = u32::from_le_bytes([x[0], x[2], x[1], x[3]].map(|v| v as i8 as u8));
+                        }
+                    }
+                    continue;
+                }
                 if c == ACT_ROWS {
                     // SAFETY: the tier was checked by the caller; eight whole rows of k values
                     // (a multiple of 32) in and out.
@@ -411,9 +436,10 @@ impl ActChunks {
         let per = self.k / group;
         ActChunk {
             c: Self::rows(self.m, r0),
-            q: self.q[r0 * self.k / 2..].as_ptr(),
+            q: self.q[r0 * self.k / self.per_word()..].as_ptr(),
             d: self.d[j][r0 * per..].as_ptr(),
             dsum: self.dsum[j][r0 * per..].as_ptr(),
+            sum: self.sum[j][r0 * per..].as_ptr(),
         }
     }
 }
@@ -727,8 +753,9 @@ mod tests {
     }
 
     /// The AVX-512 kernels give their scalar reference's bits for every format, tail shape, row
-    /// count (tiles padded with zero rows) and batch size (chunks of every row count), and a row's result does not depend on
-    /// the batch around it (that reference is held to the f64 budget in `qmatmul`'s tests).
+    /// count (tiles padded with zero rows) and batch size (chunks of every row count), with
+    /// int16 and int8 activations, and a row's result does not depend on the batch around it
+    /// (that reference is held to the f64 budget in `qmatmul`'s tests).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_kernels_are_bit_identical_to_their_scalar_reference() {
@@ -751,13 +778,15 @@ mod tests {
                     let w = quantize_random(ty, n, k, 31);
                     let p = Packed::pack(&w).expect("packable");
                     let x = rand_vec(70 * k, 32);
-                    let a = QuantizedActs::quantize(&x[..m * k], m, k);
-                    let mut want = vec![0f32; m * n];
-                    crate::qmatmul::chained_reference(&a, &w, &mut want);
-                    let mut got = vec![0f32; m * n];
-                    matmul(&p, &a, &mut got);
-                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                        assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} k={k} m={m} out {i}: {g} vs {w}");
+                    for bits in [ActBits::Int16, ActBits::Int8] {
+                        let a = QuantizedActs::quantize_bits(bits, &x[..m * k], m, k);
+                        let mut want = vec![0f32; m * n];
+                        crate::qmatmul::chained_reference(&a, &w, &mut want);
+                        let mut got = vec![0f32; m * n];
+                        matmul(&p, &a, &mut got);
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} {bits:?} k={k} m={m} out {i}: {g} vs {w}");
+                        }
                     }
                 }
             }

@@ -7,6 +7,12 @@
 //! in order, `acc = fma(isum, vscale·dx, acc)` (and the minimums' own chain), where `acc` is a
 //! vector of the sixteen rows' accumulators. So results have that reference's bits whatever
 //! the batch, block or thread.
+//!
+//! With int8 activations ([`crate::quant_act::ActBits::Int8`]) two widened vectors make one of
+//! bytes, four values a lane (stored unsigned: `u = q + bias`), and each activation quad,
+//! broadcast, is dotted with it by `vpdpbusd`: half the dot instructions. The bias comes off
+//! the integer sum (`Σ u·x − bias · Σ x`, exact), so the epilogue and the bits are the same
+//! reference's, for those activations.
 
 #![cfg(target_arch = "x86_64")]
 
@@ -165,6 +171,24 @@ impl Src<'_> {
         })
     }
 
+    /// Step `st` of a group whose steps are at `at`, as int8 weight vectors ([`quads`]); the
+    /// buffer keeps a step's [`QUADS`] vectors in its first slots.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn quads<const F: usize, const W: u8>(at: Steps, st: usize) -> [__m512i; QUADS] {
+        // SAFETY: as in `step`.
+        unsafe {
+            if W == READ {
+                return std::array::from_fn(|i| *at.buf.add(st * STEP + i));
+            }
+            let v = quads::<F>(at.packed.add(st * step_bytes(FORMATS[F].1.bits)));
+            if W == FILL {
+                v.iter().enumerate().for_each(|(i, v)| *at.buf.add(st * STEP + i) = *v);
+            }
+            v
+        }
+    }
+
     /// Step `st` of a group whose steps are at `at` ([`Src::steps_at`]).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -257,6 +281,35 @@ impl Src<'_> {
         s
     }
 
+    /// [`Src::sums`] with int8 activations: each activation quad broadcast once and dotted with
+    /// both blocks' int8 weight vectors; the sums start at `−bias · Σ x` of the group.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sums_q8<const F: usize, const C: usize, const W: u8>(&self, x: &ActChunk, g: usize) -> [[__m512i; C]; 2] {
+        let group = group_of(FORMATS[F].0);
+        let bias = q8_bias::<F>();
+        // SAFETY: the chunk has the group's sums of its C rows.
+        let start: [__m512i; C] =
+            std::array::from_fn(|c| _mm512_set1_epi32(-bias * unsafe { *x.sum.add(g * C + c) }));
+        let mut s = [start; 2];
+        // SAFETY: the chunk has the group's quads of its C rows.
+        let xg = unsafe { x.q.add(group / 4 * g * C) };
+        let [a, b] = self.steps_at::<F, W>(g);
+        for st in 0..group / 2 / STEP {
+            // SAFETY: as above.
+            let (wa, wb) = unsafe { (Self::quads::<F, W>(a, st), Self::quads::<F, W>(b, st)) };
+            for j in 0..QUADS {
+                for c in 0..C {
+                    // SAFETY: quad QUADS·st + j of group g of the chunk's row c.
+                    let t = unsafe { _mm512_set1_epi32(*xg.add((QUADS * st + j) * C + c) as i32) };
+                    dpbusd(&mut s[0][c], wa[j], t);
+                    dpbusd(&mut s[1][c], wb[j], t);
+                }
+            }
+        }
+        s
+    }
+
     /// The reference's step for group `g`, row `c` of a block: `acc = fma(isum, vscale·dx, acc)`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -345,11 +398,17 @@ pub unsafe fn block_rows(
     out: *mut f32,
 ) {
     // SAFETY: as vouched by the caller.
-    unsafe { by_format!(p.index, F => block_rows_f::<F>(p, (b, n), ahead, a, xs, out)) }
+    unsafe {
+        if a.bits == crate::quant_act::ActBits::Int8 {
+            by_format!(p.index, F => block_rows_f::<F, true>(p, (b, n), ahead, a, xs, out))
+        } else {
+            by_format!(p.index, F => block_rows_f::<F, false>(p, (b, n), ahead, a, xs, out))
+        }
+    }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn block_rows_f<const F: usize>(
+unsafe fn block_rows_f<const F: usize, const Q8: bool>(
     p: &Packed,
     (b, n): ([usize; 2], usize),
     ahead: Option<(&Packed, [usize; 2])>,
@@ -376,9 +435,9 @@ unsafe fn block_rows_f<const F: usize>(
                     // pass fills the buffer that later ones read.
                     let sums = unsafe {
                         match (buffered, $C) {
-                            (true, _) if pass == 0 => by_group::<F, $C, FILL>(&w, &x),
-                            (true, _) => by_group::<F, $C, READ>(&w, &x),
-                            _ => by_group::<F, $C, DIRECT>(&w, &x),
+                            (true, _) if pass == 0 => by_group::<F, $C, FILL, Q8>(&w, &x),
+                            (true, _) => by_group::<F, $C, READ, Q8>(&w, &x),
+                            _ => by_group::<F, $C, DIRECT, Q8>(&w, &x),
                         }
                     };
                     for (k, sums) in sums.iter().enumerate().take(n) {
@@ -410,7 +469,10 @@ unsafe fn block_rows_f<const F: usize>(
 /// chains, which need no dots, are a pass of their own (together they spilled).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn by_group<const F: usize, const C: usize, const W: u8>(w: &Src, x: &ActChunk) -> [[__m512; C]; 2] {
+unsafe fn by_group<const F: usize, const C: usize, const W: u8, const Q8: bool>(
+    w: &Src,
+    x: &ActChunk,
+) -> [[__m512; C]; 2] {
     let groups = w.p.layout.groups;
     let mins = FORMATS[F].1.scales.mins();
     let (mut acc, mut accm) = ([[_mm512_setzero_ps(); C]; 2], [[_mm512_setzero_ps(); C]; 2]);
@@ -418,7 +480,7 @@ unsafe fn by_group<const F: usize, const C: usize, const W: u8>(w: &Src, x: &Act
         // SAFETY: group g exists; the chunk has C rows.
         unsafe {
             w.fetch_share(g);
-            let s = w.sums::<F, C, W>(x, g);
+            let s = if Q8 { w.sums_q8::<F, C, W>(x, g) } else { w.sums::<F, C, W>(x, g) };
             for k in 0..2 {
                 let (vs, mc) = w.scales::<F, W>(k, g);
                 for c in 0..C {
@@ -444,6 +506,49 @@ unsafe fn by_group<const F: usize, const C: usize, const W: u8>(w: &Src, x: &Act
     }
     // (Without minimums theirs is +0, as the reference's.)
     std::array::from_fn(|k| std::array::from_fn(|c| _mm512_add_ps(acc[k][c], accm[k][c])))
+}
+
+/// Int8 weight vectors in a step: two values a lane of each of two widened vectors.
+const QUADS: usize = STEP / 2;
+
+/// The bias of format `F`'s int8 weight vectors: its stored bias, or 128 for Q8_0's signed
+/// bytes (`vpdpbusd` takes the weights unsigned).
+const fn q8_bias<const F: usize>() -> i32 {
+    let f = FORMATS[F].1;
+    if f.bits == 8 { 128 } else { f.bias as i32 }
+}
+
+/// The step at `at` as int8 weight vectors: vector `j` is widened vectors `2j` (pair `2j`)
+/// and `2j + 1` (pair `2j + 1`) in one, lane `r`'s bytes `u(4j), u(4j + 2), u(4j + 1),
+/// u(4j + 3)` of row `r` (the order of [`crate::packed::ActChunks`]' quads), with `u = q +
+/// bias` ([`q8_bias`]) in 0..=255.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn quads<const F: usize>(at: *const u8) -> [__m512i; QUADS] {
+    // SAFETY: a whole step at `at` (the caller).
+    let v = unsafe { expand::<F, STEP>(at) };
+    std::array::from_fn(|j| {
+        let hi = _mm512_slli_epi16::<8>(v[2 * j + 1]);
+        if FORMATS[F].1.bits == 8 {
+            // Sign-extended bytes: the low byte of each, its top bit flipped (+ 128).
+            let lo = _mm512_and_si512(v[2 * j], _mm512_set1_epi16(0xFF));
+            _mm512_xor_si512(_mm512_or_si512(lo, hi), _mm512_set1_epi16(0x8080u16 as i16))
+        } else {
+            _mm512_or_si512(v[2 * j], hi)
+        }
+    })
+}
+
+/// `acc += Σ quads of w · x` (`w` unsigned bytes, `x` signed) by `vpdpbusd` on registers
+/// (inline assembly, as [`dpwssd`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+fn dpbusd(acc: &mut __m512i, w: __m512i, x: __m512i) {
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        std::arch::asm!("vpdpbusd {a}, {w}, {x}", a = inout(zmm_reg) *acc, w = in(zmm_reg) w, x = in(zmm_reg) x,
+            options(pure, nomem, nostack, preserves_flags));
+    }
 }
 
 /// `acc += Σ pairs of w · x` by `vpdpwssd` on registers.
