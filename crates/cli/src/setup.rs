@@ -1,19 +1,21 @@
 //! From `--model` and engine options to a ready engine: resolve and fetch the model, load the
 //! weights, tokenizer, chat template and generation defaults, size the KV cache.
 
-use crate::args::{ActivationBitsArg, EngineArgs, KvCacheDtypeArg, LogprobsModeArg, MambaCacheModeArg, PolicyArg, RunnerArg};
+use crate::args::{
+    ActivationBitsArg, EngineArgs, KvCacheDtypeArg, LogprobsModeArg, MambaCacheModeArg, PolicyArg, RunnerArg,
+};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{info, warn};
-use vllm_rs_kernels::isa::Tier;
 use vllm_rs_engine::{
     DraftWeights, EngineConfig, EngineCore, KvDtype, LogprobsMode, PoolingLimits, SchedulingPolicy, draft_state_slots,
     kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
 use vllm_rs_kernels::backend::DeviceMemory;
+use vllm_rs_kernels::isa::Tier;
 use vllm_rs_models::Backbone;
 use vllm_rs_models::draft_head::DraftHead;
 
@@ -65,13 +67,19 @@ fn set_activation_bits(arg: ActivationBitsArg, tier: Tier, backend: &str) -> Res
         return Ok(());
     }
     if !backend.starts_with("cpu") {
-        bail!("--activation-bits 8: int8 activations are a CPU mode; the {backend} backend computes with 16 (drop the flag, or use --device cpu)");
+        bail!(
+            "--activation-bits 8: int8 activations are a CPU mode; the {backend} backend computes with 16 (drop the flag, or use --device cpu)"
+        );
     }
     set_activation_bits(ActBits::Int8);
     if tier == Tier::Avx512 {
-        info!("--activation-bits 8: quantized weights are dotted with int8 activations (faster, slightly less accurate)");
+        info!(
+            "--activation-bits 8: quantized weights are dotted with int8 activations (faster, slightly less accurate)"
+        );
     } else {
-        warn!("--activation-bits 8: this CPU has no AVX-512 VNNI, so int8 activations are no faster here, only less accurate");
+        warn!(
+            "--activation-bits 8: this CPU has no AVX-512 VNNI, so int8 activations are no faster here, only less accurate"
+        );
     }
     Ok(())
 }

@@ -146,6 +146,7 @@ fn flags_that_cannot_be_honoured_are_refused() {
         ("--device", "cuda", "built without CUDA support"),
         ("--device", "tpu", "expected auto, cpu or cuda"),
         ("--dtype", "int8", "expected auto, float32"),
+        ("--activation-bits", "4", "[possible values: 16, 8]"),
         ("--gpu-memory-utilization", "1.5", "must be in (0, 1]"),
         ("--mamba-ssm-cache-dtype", "float16", "recurrent states are kept in float32"),
         ("-dp", "2", "one engine per process"),

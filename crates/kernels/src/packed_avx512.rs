@@ -289,8 +289,7 @@ impl Src<'_> {
         let group = group_of(FORMATS[F].0);
         let bias = q8_bias::<F>();
         // SAFETY: the chunk has the group's sums of its C rows.
-        let start: [__m512i; C] =
-            std::array::from_fn(|c| _mm512_set1_epi32(-bias * unsafe { *x.sum.add(g * C + c) }));
+        let start: [__m512i; C] = std::array::from_fn(|c| _mm512_set1_epi32(-bias * unsafe { *x.sum.add(g * C + c) }));
         let mut s = [start; 2];
         // SAFETY: the chunk has the group's quads of its C rows.
         let xg = unsafe { x.q.add(group / 4 * g * C) };
