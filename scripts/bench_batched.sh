@@ -7,7 +7,8 @@
 #   scripts/bench_batched.sh MODEL.gguf [ROUNDS] [THREADS]
 #
 # Env: BATCH (default 32), INPUT (prompt tokens, 8), OUTPUT (tokens generated, 128), ITERS
-# (timed iterations of ours per run, 2), KV_DTYPE (ours, `auto`), VLLM_RS (default
+# (timed iterations of ours per run, 2), KV_DTYPE (ours, `auto`), VLLM_RS_ARGS (more flags for
+# ours, e.g. `--activation-bits 8`), VLLM_RS (default
 # target/release/vllm-rs), LLAMA_BATCHED (default ~/peers/llamacpp-bin/llama-batched-bench;
 # skipped when absent, see ../shared/PEERS.md).
 # Tokens/s is BATCH · OUTPUT over the whole batch's time, prompts included, for both engines.
@@ -32,7 +33,7 @@ echo "model $MODEL, $THREADS threads, batch 1 and $BATCH, $INPUT in / $OUTPUT ou
 ours() {
   "$VLLM_RS" --log-level error bench latency --model "$MODEL" --batch-size "$1" --input-len "$INPUT" \
     --output-len "$OUTPUT" --threads "$THREADS" --num-iters "$ITERS" --num-iters-warmup 1 \
-    --kv-cache-memory 1GiB --kv-cache-dtype "$KV_DTYPE" | awk '/^Avg latency:/ {print $3}'
+    --kv-cache-memory 1GiB --kv-cache-dtype "$KV_DTYPE" ${VLLM_RS_ARGS:-} | awk '/^Avg latency:/ {print $3}'
 }
 # Seconds for batches of 1 and $BATCH requests (prompt and generation), one line each.
 llama() {

@@ -9,7 +9,8 @@
 #   scripts/bench_vs_llamacpp.sh MODEL.gguf [ROUNDS] [THREADS]
 #
 # Env: LLAMA_BENCH (default ~/peers/llamacpp-bin/llama-bench), VLLM_RS (default
-# target/release/vllm-rs), PP (default 512), TG (default 128), REPS per round (default 3).
+# target/release/vllm-rs), VLLM_RS_ARGS (more flags for ours, e.g. `--activation-bits 8`), PP
+# (default 512), TG (default 128), REPS per round (default 3).
 # Each round runs llama-bench and `vllm-rs bench pp-tg` once each, alternating which goes first.
 set -euo pipefail
 MODEL=${1:?usage: bench_vs_llamacpp.sh MODEL.gguf [ROUNDS] [THREADS]}
@@ -33,7 +34,7 @@ run_llama() {
 }
 run_ours() {
   VLLM_RS_THREADS=$THREADS "$VLLM_RS" --log-level error bench pp-tg --model "$MODEL" -p "$PP" -n "$TG" -r "$REPS" \
-    -o json --kv-cache-memory 1GiB --max-model-len 4096 >"$OUT/ours-$1.json"
+    -o json --kv-cache-memory 1GiB --max-model-len 4096 ${VLLM_RS_ARGS:-} >"$OUT/ours-$1.json"
 }
 for r in $(seq 1 "$ROUNDS"); do
   "$MEMBW" "$THREADS" 1024 4 | sed -n 's/.*: \([0-9.]*\) GB\/s.*/\1/p' >>"$OUT/membw"

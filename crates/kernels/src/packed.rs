@@ -401,6 +401,18 @@ impl ActChunks {
                 // SAFETY: as above.
                 let q = unsafe { q.part(r0..r0 + c) };
                 let rows = &a.q[r0 * k..(r0 + c) * k];
+                if int8 && c == ACT_ROWS {
+                    PAIRS8.with_borrow_mut(|pairs| {
+                        pairs.resize(c * k / 2, 0);
+                        // SAFETY: the tier was checked by the caller; eight whole rows of k values
+                        // (a multiple of 32) to their pairs, then to their quads.
+                        unsafe {
+                            crate::packed_avx512::transpose8(rows, k / 2, pairs);
+                            crate::packed_avx512::quads8(pairs, q);
+                        }
+                    });
+                    continue;
+                }
                 if int8 {
                     for (i, row) in rows.chunks_exact(k).enumerate() {
                         for (w, x) in q.iter_mut().skip(i).step_by(c).zip(row.chunks_exact(4)) {
@@ -521,6 +533,8 @@ pub fn matmul_jobs(acts: &[QuantizedActs], jobs: &mut [(&Packed, usize, &mut [f3
 thread_local! {
     /// Chunked activations, one per set of a [`matmul_jobs`] call.
     static ACTS: std::cell::RefCell<Vec<ActChunks>> = Default::default();
+    /// Eight rows' pairs on their way to int8 quads ([`ActChunks::build`]).
+    static PAIRS8: std::cell::RefCell<Vec<u32>> = Default::default();
 }
 
 /// A run's units against all activation rows, in blocks of activation rows that stay in L2

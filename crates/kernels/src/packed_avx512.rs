@@ -376,6 +376,27 @@ pub unsafe fn transpose8(src: &[i16], pairs: usize, dst: &mut [u32]) {
     }
 }
 
+/// Int8 activation quads of eight rows from their pair-major words (as [`transpose8`] writes
+/// them): `dst[8j + i]` = row `i`'s values `4j, 4j + 2, 4j + 1, 4j + 3` (low bytes), from its
+/// pairs `2j` (`pairs[16j + i]`) and `2j + 1` (`pairs[16j + 8 + i]`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/VL.
+#[target_feature(enable = "avx512f,avx512vl")]
+pub unsafe fn quads8(pairs: &[u32], dst: &mut [u32]) {
+    assert!(pairs.len() == 2 * dst.len() && dst.len().is_multiple_of(8));
+    let low = _mm256_set1_epi32(0x00FF_00FF);
+    for (j, out) in dst.chunks_exact_mut(8).enumerate() {
+        // SAFETY: words 16j .. 16j + 16 of `pairs` and 8 of `out` (the assert).
+        unsafe {
+            let a = _mm256_loadu_si256(pairs.as_ptr().add(16 * j) as *const __m256i);
+            let b = _mm256_slli_epi32::<8>(_mm256_loadu_si256(pairs.as_ptr().add(16 * j + 8) as *const __m256i));
+            // Bytes 0 and 2 from a (pair 2j's two values), 1 and 3 from b (pair 2j + 1's).
+            _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, _mm256_ternarylogic_epi32::<0xE4>(a, b, low));
+        }
+    }
+}
+
 /// Blocks `b` of `p` (the first `n` of them real) against activation rows `xs` of `a` (from a
 /// multiple of [`ACT_ROWS`]), a chunk at a time: output row `i` gets block `b[k]`'s sixteen
 /// values at `out + i · p.rows + 16 · b[k]`, those at or past `p.rows` left alone. With one
