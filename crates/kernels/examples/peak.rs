@@ -1,5 +1,6 @@
 //! Developer tool: the compute roof, as instructions a second per core of the dot products the
-//! kernels are built on — `vpdpwssd` (the packed int16 kernels: 32 multiply-adds each) and
+//! kernels are built on — `vpdpwssd` (the packed int16 kernels: 32 multiply-adds each),
+//! `vpdpbusd` (their int8 mode, `--activation-bits 8`: 64 each) and
 //! `vfmadd231ps` on zmm and ymm (the float kernels), `vdpbf16ps` (the bf16 mode: 32 bf16
 //! multiply-adds) — sixteen independent chains each, so that throughput, not latency, bounds them; and the clock, from a chain of dependent `imul`s (three
 //! cycles each). Pairs with `membw` (the bandwidth roof): a kernel's roof is the larger of its
@@ -12,18 +13,19 @@ fn main() {
     let threads: usize = std::env::args().nth(1).map_or(1, |a| a.parse().expect("THREADS: a number"));
     #[cfg(target_arch = "x86_64")]
     {
-        let rates: Vec<[f64; 5]> = std::thread::scope(|s| {
+        let rates: Vec<[f64; 6]> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(x86::rates)).collect();
             handles.into_iter().map(|h| h.join().expect("measuring thread")).collect()
         });
-        for (t, [ghz, dp, fz, fy, bf]) in rates.iter().enumerate() {
+        for (t, [ghz, dp, fz, fy, bf, db]) in rates.iter().enumerate() {
             println!(
                 "thread {t}: clock {ghz:.2} GHz; G/s: vpdpwssd zmm {dp:.2}, fma zmm {fz:.2}, fma ymm {fy:.2}, \
-                 vdpbf16ps zmm {bf:.2} ({:.2}, {:.2}, {:.2}, {:.2} a cycle)",
+                 vdpbf16ps zmm {bf:.2}, vpdpbusd zmm {db:.2} ({:.2}, {:.2}, {:.2}, {:.2}, {:.2} a cycle)",
                 dp / ghz,
                 fz / ghz,
                 fy / ghz,
-                bf / ghz
+                bf / ghz,
+                db / ghz
             );
         }
     }
@@ -66,10 +68,10 @@ mod x86 {
         };
     }
 
-    /// `[GHz, vpdpwssd zmm, fma zmm, fma ymm, vdpbf16ps zmm]` on this thread; the vector rates
+    /// `[GHz, vpdpwssd zmm, fma zmm, fma ymm, vdpbf16ps zmm, vpdpbusd zmm]` on this thread; the vector rates
     /// are zeros where the CPU lacks AVX-512 VNNI (the loops use registers 16–31 and EVEX
     /// encodings), `vdpbf16ps`'s where it lacks AVX512-BF16 (32 bf16 multiply-adds each).
-    pub fn rates() -> [f64; 5] {
+    pub fn rates() -> [f64; 6] {
         // One chain through the whole loop (its counter runs alongside): three cycles an imul.
         let t0 = Instant::now();
         // SAFETY (all asm here): register-only arithmetic on the registers it names, which are
@@ -102,6 +104,7 @@ mod x86 {
             run!(avx512, "vfmadd231ps", "zmm"),
             run!(avx512, "vfmadd231ps", "ymm"),
             run!(bf16, "vdpbf16ps", "zmm"),
+            run!(avx512, "vpdpbusd", "zmm"),
         ]
     }
 }
