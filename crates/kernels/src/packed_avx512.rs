@@ -298,11 +298,12 @@ impl Src<'_> {
             // SAFETY: as above.
             let (wa, wb) = unsafe { (Self::quads::<F, W>(a, st), Self::quads::<F, W>(b, st)) };
             for j in 0..QUADS {
-                for c in 0..C {
+                let [s0, s1] = &mut s;
+                for (c, (s0, s1)) in s0.iter_mut().zip(s1.iter_mut()).enumerate() {
                     // SAFETY: quad QUADS·st + j of group g of the chunk's row c.
                     let t = unsafe { _mm512_set1_epi32(*xg.add((QUADS * st + j) * C + c) as i32) };
-                    dpbusd(&mut s[0][c], wa[j], t);
-                    dpbusd(&mut s[1][c], wb[j], t);
+                    dpbusd(s0, wa[j], t);
+                    dpbusd(s1, wb[j], t);
                 }
             }
         }
