@@ -306,11 +306,12 @@ fn run_tasks<const T: u8>(
     pool::global().run(tasks.len(), &|ti| {
         let (s, ref kv_heads, c0, c1) = tasks[ti];
         let seq = &seqs[s];
-        // Where a kv head's K and V outgrow L2, the task's rows and the group's heads go over
-        // the keys together, a tile at a time (see [`Passes`]): the tile comes from memory once
-        // and every (row, head) reads it from L2 (each head streaming the whole context again:
-        // Qwen2.5-0.5B decode at 3k tokens 21 % slower). Below that, one row at a time keeps
-        // its scores in L1.
+        // Where a kv head's K and V outgrow a quarter of L2, the task's rows and the group's
+        // heads go over the keys together, a tile at a time (see [`Passes`]): the tile comes
+        // from memory once and every (row, head) reads it from L2 (each head streaming the whole
+        // context again: Qwen2.5-0.5B decode at 3k tokens 21 % slower), and passes can take
+        // queries of several rows (a group of 7 heads alone runs passes of 3, 3 and 1). Below
+        // that, one row at a time keeps its scores in L1.
         let long = seq.seq_len * 2 * hd * esize > tiling.min_bytes;
         let together = if long { c1 - c0 } else { 1 };
         // Up to `per_pass` (row, head) queries a pass share each K and V row's loads (SmolLM2
@@ -384,7 +385,9 @@ struct Tiling {
     max_scores: usize,
 }
 
-const TILING: Tiling = Tiling { keys: 256, min_bytes: 1 << 20, max_scores: 1 << 21 };
+/// (`min_bytes`: 256 KiB measured 5–14 % faster than 1 MiB for prompts of 1–2k tokens and
+/// decode at 1k, and no clear change at 128 KiB: BENCHMARKS.md, 2026-12-06 evening.)
+const TILING: Tiling = Tiling { keys: 256, min_bytes: 1 << 18, max_scores: 1 << 21 };
 
 /// One kv head's cache of one request: where its K and V columns start, the row stride, and
 /// the block table and block size.
