@@ -1,7 +1,7 @@
 //! `vllm-rs bench pp-tg` on SmolLM2: llama-bench's report, with `-d` depths (the depth's prompt
 //! test served from the prefix cache, its generation test after a prompt of that length); a
 //! model whose prefix cannot be cached at that depth fails with a message instead of timing the
-//! whole prompt; `--activation-bits 8` runs.
+//! whole prompt.
 
 use std::process::Command;
 use vllm_rs_testutil::gguf_path;
@@ -33,14 +33,4 @@ fn a_depth_the_prefix_cache_cannot_serve_is_an_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("pp8 @ d40") && err.contains("prefix cache"), "{err}");
-}
-
-/// `--activation-bits 8` runs the int8 mode, and the log says so (and, where the CPU lacks
-/// AVX-512 VNNI, that it is no faster there).
-#[test]
-fn int8_activations_run_and_say_so() {
-    let out = pp_tg(&["-p", "16", "-n", "4", "--activation-bits", "8"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("--activation-bits 8: "), "{err}");
 }
