@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Decode speed with and without speculative decoding (n-gram by default; any SPEC_JSON, e.g.
-# a draft model) on a code-editing request (a
-# source file of a few hundred lines and an instruction to change one function, so the answer
-# copies most of the file) and on free chat, greedy, one request at a time.
+# a draft model) on a code-editing request and on free chat (scripts/spec_prompts.py), greedy,
+# one request at a time.
 #
 #   scripts/bench_speculative.sh [MODEL] [ROUNDS] [SPEC_JSON]
 #
 # MODEL defaults to qwen05 (Qwen2.5-Coder-0.5B-Instruct, fetched if absent). Decode tok/s is
 # (N - 1) / (t(N) - t(1)) from `vllm-rs generate` runs of N and 1 output tokens, so prompt
-# processing and start-up cancel out; rounds alternate the two modes. Env: N (default 384),
+# processing and start-up cancel out; rounds alternate the two modes. A draft model's own pass
+# over the prompt comes after the first token, so this method counts it as decode time;
+# scripts/bench_speculative_serve.sh times it apart. Env: N (default 384),
 # VLLM_RS (default target/release/vllm-rs), THREADS (2), VLLM_RS_ARGS (more flags for both
 # modes, e.g. `--activation-bits 8`).
 set -euo pipefail
@@ -22,15 +23,7 @@ VLLM_RS=${VLLM_RS:-$REPO/target/release/vllm-rs}
 [ -x "$VLLM_RS" ] || (cd "$REPO" && cargo build --release -q -p vllm-rs)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-python3 - "$REPO/crates/core/src/block_pool.rs" "$OUT" <<'EOF'
-import json, sys
-src, out = open(sys.argv[1]).read(), sys.argv[2]
-code = ("Here is a Rust file:\n\n```rust\n" + src + "\n```\n\nRename the method `free_blocks` to "
-        "`release_blocks` everywhere in this file and print the whole updated file, nothing else.")
-chat = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-for name, text in [("code", code), ("chat", chat)]:
-    open(f"{out}/{name}.txt", "w").write(text)
-EOF
+python3 "$REPO/scripts/spec_prompts.py" "$OUT"
 echo "model $MODEL, $THREADS threads, N=$N, $ROUNDS rounds; cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2);" \
   "load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 

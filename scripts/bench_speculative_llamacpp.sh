@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# llama.cpp's speculative decoding on the prompts of scripts/bench_speculative.sh (a code-editing
+# llama.cpp's speculative decoding on the prompts of scripts/spec_prompts.py (a code-editing
 # request and free chat, greedy, one at a time), for the same-run comparison the speculative
-# issue asks for: llama-server without speculation, with its n-gram mode, and with a draft model.
+# issue asks for: llama-server without speculation, with its n-gram mode, and with a draft model
+# (`--spec-type draft-simple`: without it this llama.cpp loads `-md` and never drafts).
 #
 #   scripts/bench_speculative_llamacpp.sh TARGET.gguf [DRAFT.gguf] [ROUNDS]
 #
-# Decode tok/s is llama-server's own `timings.predicted_per_second` (prompt processing
-# excluded, as the N-vs-1 method of bench_speculative.sh excludes it). Env: N (output tokens,
+# Decode tok/s is llama-server's own `timings.predicted_per_second`; prompt processing, which
+# includes the draft model's pass over the prompt, is excluded (stderr shows its time and the
+# request's wall time). Env: N (output tokens,
 # default 384), THREADS (2), LLAMA_SERVER (default ~/peers/llamacpp-bin/llama-server), NGRAM
 # (llama.cpp's n-gram flags, default `--spec-type ngram-simple`), DRAFT_MAX (4).
 set -euo pipefail
@@ -25,6 +27,7 @@ PORT=${PORT:-8093}
 OUT=$(mktemp -d)
 trap 'kill "$PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT
 PID=
+python3 "$REPO/scripts/spec_prompts.py" "$OUT"
 echo "target $TARGET, draft ${DRAFT:-none}, $THREADS threads, N=$N, $ROUNDS rounds;" \
   "cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
@@ -35,26 +38,26 @@ for r in $(seq 1 "$ROUNDS"); do
     args=(-m "$TARGET" -t "$THREADS" -c 8192 --port "$PORT" -np 1)
     case $mode in
       ngram) read -r -a extra <<<"$NGRAM"; args+=("${extra[@]}") ;;
-      draft) args+=(-md "$DRAFT" --spec-draft-n-max "$DRAFT_MAX" -td "$THREADS") ;;
+      draft) args+=(-md "$DRAFT" --spec-type draft-simple --spec-draft-n-max "$DRAFT_MAX" -td "$THREADS") ;;
     esac
     "$LLAMA_SERVER" "${args[@]}" >"$OUT/server.log" 2>&1 &
     PID=$!
     wait_healthy "$PORT" "$OUT/server.log" 120
-    python3 - "$REPO/crates/core/src/block_pool.rs" "$PORT" "$N" "$mode" "$r" >>"$OUT/rates" <<'PYEOF'
-import json, sys, urllib.request
-src, port, n, mode, r = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-code = ("Here is a Rust file:\n\n```rust\n" + src + "\n```\n\nRename the method `free_blocks` to "
-        "`release_blocks` everywhere in this file and print the whole updated file, nothing else.")
-chat = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-for task, text in [("code", code), ("chat", chat)]:
-    body = {"messages": [{"role": "user", "content": text}], "max_tokens": n, "temperature": 0,
-            "ignore_eos": True, "cache_prompt": False}
+    python3 - "$OUT" "$PORT" "$N" "$mode" "$r" >>"$OUT/rates" <<'PYEOF'
+import json, sys, time, urllib.request
+out, port, n, mode, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+for task in ["code", "chat"]:
+    body = {"messages": [{"role": "user", "content": open(f"{out}/{task}.txt").read()}], "max_tokens": n,
+            "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
+    t0 = time.time()
     t = json.load(urllib.request.urlopen(req, timeout=3600))["timings"]
+    wall = time.time() - t0
     print(task, mode, t["predicted_per_second"])
-    print(f"round {r}: {task} {mode}: {t['predicted_per_second']:.1f} tok/s, drafted {t.get('draft_n', '-')}, "
-          f"accepted {t.get('draft_n_accepted', '-')}", file=sys.stderr)
+    print(f"round {r}: {task} {mode}: {t['predicted_per_second']:.1f} tok/s, prompt {t['prompt_ms'] / 1000:.1f} s, "
+          f"wall {wall:.1f} s, drafted {t.get('draft_n', '-')}, accepted {t.get('draft_n_accepted', '-')}",
+          file=sys.stderr)
 PYEOF
     kill "$PID"; wait "$PID" 2>/dev/null || true
   done

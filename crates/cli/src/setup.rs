@@ -14,8 +14,7 @@ use vllm_rs_engine::{
     kv_blocks_per_request, kv_bytes_per_block, kv_cache_layout,
 };
 use vllm_rs_frontend::{ChatTemplate, GenerationConfig, Tokenizer};
-use vllm_rs_kernels::backend::DeviceMemory;
-use vllm_rs_kernels::isa::Tier;
+use vllm_rs_kernels::backend::{Backend, DeviceMemory};
 use vllm_rs_models::Backbone;
 use vllm_rs_models::draft_head::DraftHead;
 
@@ -60,19 +59,20 @@ pub fn load(model: Option<&str>, args: &EngineArgs) -> Result<Loaded> {
 
 /// Applies `--activation-bits`: int8 activations run on the CPU backends only (a GPU's kernels
 /// quantize to int16), and pay only where the AVX-512 VNNI tier dots them.
-fn set_activation_bits(arg: ActivationBitsArg, tier: Tier, backend: &str) -> Result<()> {
+fn set_activation_bits(arg: ActivationBitsArg, backend: &dyn Backend) -> Result<()> {
     use vllm_rs_kernels::quant_act::{ActBits, set_activation_bits};
     if arg == ActivationBitsArg::Sixteen {
         set_activation_bits(ActBits::Int16);
         return Ok(());
     }
-    if !backend.starts_with("cpu") {
+    if !backend.name().starts_with("cpu") {
         bail!(
-            "--activation-bits 8: int8 activations are a CPU mode; the {backend} backend computes with 16 (drop the flag, or use --device cpu)"
+            "--activation-bits 8: int8 activations are a CPU mode; the {} backend computes with 16 (drop the flag, or use --device cpu)",
+            backend.name()
         );
     }
     set_activation_bits(ActBits::Int8);
-    if tier == Tier::Avx512 {
+    if backend.int8_activations_pay() {
         info!(
             "--activation-bits 8: quantized weights are dotted with int8 activations (faster, slightly less accurate)"
         );
@@ -111,9 +111,9 @@ pub fn load_any(model: Option<&str>, args: &EngineArgs) -> Result<LoadedRunner> 
     }
     let tier = vllm_rs_kernels::isa::try_init().map_err(anyhow::Error::msg)?;
     crate::device::select(&args.vllm.device)?;
-    let backend = vllm_rs_kernels::backend::default().name();
-    info!("compute: the {backend} backend, {} threads", vllm_rs_kernels::pool::global().n_threads());
-    set_activation_bits(args.activation_bits, tier, backend)?;
+    let backend = vllm_rs_kernels::backend::default();
+    info!("compute: the {} backend, {} threads", backend.name(), vllm_rs_kernels::pool::global().n_threads());
+    set_activation_bits(args.activation_bits, backend)?;
 
     let resolved = resolve(model, args)?;
     info!("model: {}", resolved.description);

@@ -8,9 +8,10 @@
 //! how many positions of its cache hold the request's real tokens; proposals that the target
 //! rejected are recomputed, accepted ones are kept.
 
-use crate::draft_round::Round;
+use crate::draft_round::{Round, drafter_bits};
 use std::collections::HashMap;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
+use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
 use vllm_rs_models::{Model, Workspace};
 
 /// What the draft cache holds for one request.
@@ -37,13 +38,25 @@ pub struct Drafter {
     logits: Vec<f32>,
     k: usize,
     states: HashMap<String, DraftState>,
+    /// What the draft's quantized matmuls take ([`drafter_bits`]).
+    bits: ActBits,
 }
 
 impl Drafter {
-    /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids).
-    pub fn new(model: Box<dyn Model>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+    /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids); `bits`: its
+    /// activation bits, `None` for [`drafter_bits`]'s choice.
+    pub fn new(
+        model: Box<dyn Model>,
+        k: usize,
+        num_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+        bits: Option<ActBits>,
+    ) -> Self {
         let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
-        Drafter { model, kv, ws: Workspace::default(), logits: Vec::new(), k, states: HashMap::new() }
+        let ws = Workspace::default();
+        let bits = bits.unwrap_or_else(|| drafter_bits(ws.backend));
+        Drafter { model, kv, ws, logits: Vec::new(), k, states: HashMap::new(), bits }
     }
 
     /// Forgets what the cache holds for a request (new, or resumed with new blocks).
@@ -97,7 +110,9 @@ impl Drafter {
     /// One draft forward over the round; the argmax token of each request's last row.
     fn run(&mut self, round: &Round, jobs: &[DraftJob]) -> Vec<u32> {
         let batch = round.batch(|j| jobs[j].block_table);
-        self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits);
+        with_activation_bits(self.bits, || {
+            self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits)
+        });
         let mut next = Vec::new();
         self.ws.backend.argmax_rows(&self.logits, self.model.info().vocab_size, &mut next);
         next

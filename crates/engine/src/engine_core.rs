@@ -13,6 +13,7 @@ use vllm_rs_core::{
     FinishReason, KvCacheLayout, KvCacheSpec, Request, Scheduler, SchedulerConfig, SchedulingPolicy, StopParams,
 };
 use vllm_rs_kernels::attention::KvDtype;
+use vllm_rs_kernels::quant_act::ActBits;
 use vllm_rs_models::{Model, ModelInfo};
 
 #[derive(Clone, Debug)]
@@ -47,6 +48,11 @@ pub struct EngineConfig {
     /// of `block_size`; vLLM's `--mamba-block-size`).
     pub num_state_snapshots: usize,
     pub mamba_block_size: usize,
+    /// Activation bits of the drafter's quantized matmuls (speculative decoding with a draft
+    /// model or head). `None`: int8 where the backend dots it faster, since a drafter only
+    /// proposes ([`crate::draft_round::drafter_bits`]); tests that need the drafter to compute
+    /// exactly as the target set the target's.
+    pub draft_activation_bits: Option<ActBits>,
 }
 
 impl EngineConfig {
@@ -71,6 +77,7 @@ impl EngineConfig {
             generation_eos_ids: Vec::new(),
             num_state_snapshots: 64,
             mamba_block_size: 256,
+            draft_activation_bits: None,
         }
     }
 }
@@ -245,8 +252,13 @@ impl EngineCore {
         if let Some(c) = config.speculative_config.as_ref().filter(|c| c.has_weights()) {
             let draft =
                 draft.ok_or_else(|| EngineError::InvalidRequest(format!("{}: no draft weights given", c.method)))?;
-            let (k, blocks, bs, dtype) =
-                (c.num_speculative_tokens, config.num_blocks, config.block_size, config.kv_cache_dtype);
+            let (k, blocks, bs, dtype, bits) = (
+                c.num_speculative_tokens,
+                config.num_blocks,
+                config.block_size,
+                config.kv_cache_dtype,
+                config.draft_activation_bits,
+            );
             if let DraftWeights::Model(m) = &draft
                 && m.info().has_recurrent_layers()
             {
@@ -259,8 +271,8 @@ impl EngineCore {
             }
             let group = draft_group(runner.model.as_ref(), draft.info(), &layout)?;
             let proposer = match draft {
-                DraftWeights::Model(m) => Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype))),
-                DraftWeights::Head(h) => Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype))),
+                DraftWeights::Model(m) => Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype, bits))),
+                DraftWeights::Head(h) => Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype, bits))),
             };
             runner.set_drafter(proposer, group);
         }
@@ -336,9 +348,20 @@ impl EngineCore {
         self.scheduler.has_unfinished()
     }
 
+    /// Runs the drafter with weights (draft model, draft head) for the requests of the last
+    /// step, giving the scheduler their drafts; [`EngineCore::step`] does this first, so each
+    /// step's tokens are out before drafting for the next (see
+    /// [`crate::runner::ModelRunner::propose_drafts`]). n-gram drafts come with the step.
+    pub fn propose_drafts(&mut self) {
+        for (id, drafts) in self.runner.propose_drafts() {
+            self.scheduler.set_spec_token_ids(&id, drafts);
+        }
+    }
+
     /// One engine step. Returns the new output of every request that produced any.
     pub fn step(&mut self) -> Vec<RequestOutput> {
         let t0 = Instant::now();
+        self.propose_drafts();
         let out = self.scheduler.schedule();
         let mut results = self.runner.execute(&out);
         // Read before the update: finished requests leave the scheduler.

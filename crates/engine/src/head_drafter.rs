@@ -10,8 +10,9 @@
 //! target's block tables (a full-attention group), and chained drafts write into the `k`
 //! lookahead slots the scheduler reserves; the next step's rows overwrite what was rejected.
 
-use crate::draft_round::Round;
+use crate::draft_round::{Round, drafter_bits};
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
+use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
 use vllm_rs_models::Workspace;
 use vllm_rs_models::draft_head::DraftHead;
 
@@ -35,14 +36,26 @@ pub struct HeadDrafter {
     /// The first round's hidden state of every target row.
     target_rows: Vec<f32>,
     logits: Vec<f32>,
+    /// What the head's quantized matmuls take ([`drafter_bits`]).
+    bits: ActBits,
 }
 
 impl HeadDrafter {
-    /// A drafter over `num_blocks` blocks of `block_size` tokens (the target's block ids).
-    pub fn new(head: Box<dyn DraftHead>, k: usize, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Self {
+    /// A drafter over `num_blocks` blocks of `block_size` tokens (the target's block ids); `bits`: its
+    /// activation bits, `None` for [`drafter_bits`]'s choice.
+    pub fn new(
+        head: Box<dyn DraftHead>,
+        k: usize,
+        num_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+        bits: Option<ActBits>,
+    ) -> Self {
         let kv = head.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let (hidden, target_rows, logits) = (Vec::new(), Vec::new(), Vec::new());
-        HeadDrafter { head, kv, ws: Workspace::default(), k, hidden, target_rows, logits }
+        let ws = Workspace::default();
+        let bits = bits.unwrap_or_else(|| drafter_bits(ws.backend));
+        HeadDrafter { head, kv, ws, k, hidden, target_rows, logits, bits }
     }
 
     /// Target layers whose inputs the head reads (the target's forward keeps them).
@@ -54,7 +67,7 @@ impl HeadDrafter {
     /// greedy drafts for each job, in job order.
     pub fn propose(&mut self, target: &Workspace, jobs: &[HeadJob]) -> Vec<Vec<u32>> {
         let dim = self.head.info().hidden_size;
-        self.head.target_hidden(self.ws.backend, target, &mut self.target_rows);
+        with_activation_bits(self.bits, || self.head.target_hidden(self.ws.backend, target, &mut self.target_rows));
         let target_hidden = &self.target_rows;
         let bs = self.kv.block_size;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
@@ -91,10 +104,12 @@ impl HeadDrafter {
     /// One forward over the round; the argmax token of each drafting request's last row.
     fn run(&mut self, round: &Round, jobs: &[HeadJob]) -> Vec<u32> {
         let batch = round.batch(|j| jobs[j].block_table);
-        self.head.forward(&batch, &self.hidden, &mut self.kv, &mut self.ws);
-        if round.last_rows().is_empty() {
-            return Vec::new(); // a catch-up only
-        }
-        self.head.argmax(&self.ws, round.last_rows(), &mut self.logits)
+        with_activation_bits(self.bits, || {
+            self.head.forward(&batch, &self.hidden, &mut self.kv, &mut self.ws);
+            if round.last_rows().is_empty() {
+                return Vec::new(); // a catch-up only
+            }
+            self.head.argmax(&self.ws, round.last_rows(), &mut self.logits)
+        })
     }
 }

@@ -77,6 +77,8 @@ pub struct ModelRunner {
     /// The drafter with weights (`draft_model`, `mtp`) and the KV cache group whose block
     /// tables it shares.
     drafter: Option<(Proposer, usize)>,
+    /// What the drafter takes in before the next step ([`ModelRunner::propose_drafts`]).
+    pending: Vec<PendingDraft>,
     /// Models with recurrent layers under speculation: the first of the state slots that keep
     /// the states after each draft (`k` per drafting request, past the scheduler's slots).
     draft_states: Option<u32>,
@@ -86,6 +88,15 @@ pub struct ModelRunner {
     /// The model's scratch buffers and the last step's logits (kept for their allocations).
     workspace: Workspace,
     logits: Vec<f32>,
+}
+
+/// One request's share of the drafter's work left from the last step: at most `limit` drafts;
+/// for a draft head, also the target rows `rows` (positions `first_position..`) it takes in.
+struct PendingDraft {
+    request_id: String,
+    rows: std::ops::Range<usize>,
+    first_position: usize,
+    limit: usize,
 }
 
 /// A drafter with weights of its own.
@@ -165,6 +176,7 @@ impl ModelRunner {
             paged_groups: layout.groups.iter().map(|g| g.spec.is_paged()).collect(),
             speculative: c.speculative_config.clone(),
             drafter: None,
+            pending: Vec::new(),
             draft_states: (draft_slots > 0).then_some(scheduler_slots as u32),
             max_model_len: c.max_model_len,
             batch: FlatBatch::default(),
@@ -198,6 +210,7 @@ impl ModelRunner {
 
     pub fn remove_request(&mut self, id: &str) {
         self.states.remove(id);
+        self.pending.retain(|p| p.request_id != id); // its id may come back as a new request
         if let Some((Proposer::Model(d), _)) = &mut self.drafter {
             d.remove(id);
         }
@@ -395,34 +408,68 @@ impl ModelRunner {
                 }
             }
         }
+        self.pending = match &self.drafter {
+            Some((Proposer::Model(_), _)) => draft_jobs
+                .iter()
+                .map(|&(si, limit)| PendingDraft {
+                    request_id: out.scheduled[si].request_id.clone(),
+                    rows: 0..0,
+                    first_position: 0,
+                    limit,
+                })
+                .collect(),
+            Some((Proposer::Head(_), _)) => head_jobs(&self.batch.query_start_loc, out, &results, &draft_jobs),
+            None => Vec::new(),
+        };
+        results
+    }
+
+    /// Drafts from the drafter with weights for the requests of the last step that are still
+    /// here (a request's share goes with [`ModelRunner::remove_request`]). The engine calls this at the start of the next step rather than at the end of the
+    /// last, so a step's tokens reach the client before the drafter runs: a draft model's
+    /// first pass over a long prompt then lands between the first and second tokens, not
+    /// before the first. A draft head reads the last step's hidden states, which stay in the
+    /// workspace until the next forward.
+    pub fn propose_drafts(&mut self) -> Vec<(String, Vec<u32>)> {
+        let (states, pending) = (&self.states, std::mem::take(&mut self.pending));
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let ids = pending.iter().map(|p| p.request_id.clone());
         match &mut self.drafter {
-            Some((Proposer::Model(drafter), group)) if !draft_jobs.is_empty() => {
-                let jobs: Vec<DraftJob> = draft_jobs
+            Some((Proposer::Model(drafter), group)) => {
+                let jobs: Vec<DraftJob> = pending
                     .iter()
-                    .map(|&(si, limit)| {
-                        let st = &self.states[&out.scheduled[si].request_id];
+                    .map(|p| {
+                        let st = &states[&p.request_id];
                         DraftJob {
-                            request_id: &out.scheduled[si].request_id,
+                            request_id: &p.request_id,
                             tokens: &st.token_ids,
                             block_table: &st.block_ids[*group],
-                            limit,
+                            limit: p.limit,
                         }
                     })
                     .collect();
-                for ((si, _), d) in draft_jobs.iter().zip(drafter.propose(&jobs)) {
-                    results[*si].spec_token_ids = d;
-                }
+                ids.zip(drafter.propose(&jobs)).collect()
             }
             Some((Proposer::Head(head), group)) => {
-                let starts = &self.batch.query_start_loc;
-                let jobs = head_jobs(&self.states, starts, out, &results, &draft_jobs, *group);
-                for (r, d) in results.iter_mut().zip(head.propose(&self.workspace, &jobs)) {
-                    r.spec_token_ids = d;
-                }
+                let jobs: Vec<HeadJob> = pending
+                    .iter()
+                    .map(|p| {
+                        let st = &states[&p.request_id];
+                        HeadJob {
+                            tokens: &st.token_ids,
+                            block_table: &st.block_ids[*group],
+                            rows: p.rows.clone(),
+                            first_position: p.first_position,
+                            limit: p.limit,
+                        }
+                    })
+                    .collect();
+                ids.zip(head.propose(&self.workspace, &jobs)).collect()
             }
-            _ => {}
+            None => Vec::new(),
         }
-        results
     }
 }
 
@@ -444,21 +491,17 @@ pub fn draft_state_slots(c: &EngineConfig) -> usize {
 /// Every scheduled request's rows a draft head takes in (those whose next token is now known:
 /// a prefill chunk's all, else the last known token's and the accepted drafts'), with the
 /// drafts wanted (`draft_jobs`: (scheduled index, limit)); `starts`: each request's first row.
-fn head_jobs<'a>(
-    states: &'a HashMap<String, RequestState>,
+fn head_jobs(
     starts: &[usize],
     out: &SchedulerOutput,
     results: &[StepResult],
     draft_jobs: &[(usize, usize)],
-    group: usize,
-) -> Vec<HeadJob<'a>> {
+) -> Vec<PendingDraft> {
     let head_job = |(si, s): (usize, &ScheduledRequest)| {
-        let st = &states[&s.request_id];
         let known = s.num_scheduled_tokens - s.spec_token_ids.len();
         let rows = if s.sample { (known + results[si].tokens.len()).saturating_sub(1) } else { known };
-        HeadJob {
-            tokens: &st.token_ids,
-            block_table: &st.block_ids[group],
+        PendingDraft {
+            request_id: s.request_id.clone(),
             rows: starts[si]..starts[si] + rows,
             first_position: s.num_computed_tokens,
             limit: draft_jobs.iter().find(|(i, _)| *i == si).map_or(0, |&(_, limit)| limit),

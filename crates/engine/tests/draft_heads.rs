@@ -105,6 +105,7 @@ fn drafts_equal_the_reference_after_every_step(model: &str) {
             for o in core.step() {
                 tokens.extend(o.new_token_ids);
             }
+            core.propose_drafts(); // the next step would run it first
             // Drafts follow each step that sampled (not a prefill chunk before the last).
             if let Some(r) = core.scheduler.request("r0").filter(|_| tokens.len() > before) {
                 drafts.push(r.spec_token_ids.clone());

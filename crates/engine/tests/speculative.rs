@@ -4,18 +4,27 @@
 //! rejected drafts leave no trace (every block returns), and logprobs come one per token.
 
 use vllm_rs_engine::{
-    DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, SamplingParams, SpeculativeConfig,
+    DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, FinishReason, SamplingParams, SpeculativeConfig,
 };
+use vllm_rs_kernels::quant_act::ActBits;
 use vllm_rs_testutil::{gguf_path, golden, hf_dir};
 
 fn engine(spec: Option<&str>, budget: usize) -> EngineCore {
-    engine_with(spec, budget, None, 1024 / 16 * 40)
+    engine_with(spec, budget, None, 1024 / 16 * 40, None)
 }
 
-/// The SmolLM2 GGUF as target; `draft`: a model file/folder for `draft_model`.
-fn engine_with(spec: Option<&str>, budget: usize, draft: Option<&std::path::Path>, blocks: usize) -> EngineCore {
+/// The SmolLM2 GGUF as target; `draft`: a model file/folder for `draft_model`, its activations
+/// `draft_bits` (`None`: the engine's choice, int8 where that is faster).
+fn engine_with(
+    spec: Option<&str>,
+    budget: usize,
+    draft: Option<&std::path::Path>,
+    blocks: usize,
+    draft_bits: Option<ActBits>,
+) -> EngineCore {
     let lm = vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads");
     let mut cfg = EngineConfig::new(1024, blocks);
+    cfg.draft_activation_bits = draft_bits;
     cfg.max_num_batched_tokens = budget;
     cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
     let draft = draft.map(|d| vllm_rs_models::load(d).expect("draft loads").model);
@@ -38,22 +47,24 @@ fn prompts() -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// Request `r{i}`: prompt `i` (modulo), 40 greedy tokens.
+fn request(prompts: &[Vec<u32>], i: usize, logprobs: bool) -> EngineRequest {
+    EngineRequest {
+        request_id: format!("r{i}"),
+        prompt_token_ids: prompts[i % prompts.len()].clone(),
+        params: SamplingParams {
+            max_tokens: 40,
+            ignore_eos: true,
+            logprobs: logprobs.then_some(2),
+            ..SamplingParams::greedy()
+        },
+        priority: 0,
+        cache_salt: None,
+    }
+}
+
 fn run(core: &mut EngineCore, prompts: &[Vec<u32>], n: usize, logprobs: bool) -> Vec<FinalOutput> {
-    let reqs = (0..n)
-        .map(|i| EngineRequest {
-            request_id: format!("r{i}"),
-            prompt_token_ids: prompts[i % prompts.len()].clone(),
-            params: SamplingParams {
-                max_tokens: 40,
-                ignore_eos: true,
-                logprobs: logprobs.then_some(2),
-                ..SamplingParams::greedy()
-            },
-            priority: 0,
-            cache_salt: None,
-        })
-        .collect();
-    core.generate(reqs).expect("requests run")
+    core.generate((0..n).map(|i| request(prompts, i, logprobs)).collect()).expect("requests run")
 }
 
 #[test]
@@ -117,14 +128,15 @@ fn no_drafts_above_the_batch_size_cut() {
 }
 
 /// The target as its own draft: greedy drafts are exactly what the target samples (the draft's
-/// cache, kept across steps, must then hold exactly the request's tokens), so every draft is
-/// accepted, and the output is the plain one.
+/// cache, kept across steps, must then hold exactly the request's tokens; and its activations
+/// the target's, not the int8 a drafter takes by default), so every draft is accepted, and the
+/// output is the plain one.
 #[test]
 fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
     let prompts = prompts();
     let want = run(&mut engine(None, 2048), &prompts, 4, true);
     let spec = r#"{"model": "self", "num_speculative_tokens": 3}"#;
-    let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40);
+    let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40, Some(ActBits::Int16));
     let got = run(&mut core, &prompts, 4, true);
     for (g, w) in got.iter().zip(&want) {
         assert_eq!(g.token_ids, w.token_ids);
@@ -137,6 +149,32 @@ fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
     assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
 }
 
+/// A step's tokens come out before the draft model runs (its first pass over a long prompt
+/// would otherwise delay the first token): the drafts come when the next step starts, and a
+/// request that ends in between gets none.
+#[test]
+fn a_step_returns_its_tokens_before_the_draft_model_runs() {
+    let prompts = prompts();
+    let spec = r#"{"model": "self", "num_speculative_tokens": 3}"#;
+    let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40, Some(ActBits::Int16));
+    for i in 0..2 {
+        core.add_request(request(&prompts, i, false)).unwrap();
+    }
+    let drafts = |core: &EngineCore, id: &str| core.scheduler.request(id).map(|r| r.spec_token_ids.clone());
+    let first = core.step();
+    assert!(first.len() == 2 && first.iter().all(|o| o.new_token_ids.len() == 1), "the prompts' first tokens");
+    assert_eq!(drafts(&core, "r0"), Some(vec![]), "no drafts before the next step");
+    assert_eq!(core.abort(&["r1".to_string()], FinishReason::Abort), ["r1"]);
+    core.propose_drafts();
+    assert_eq!(drafts(&core, "r0").map(|d| d.len()), Some(3), "drafts for the next step");
+    let second = core.step();
+    // The draft is the target itself: all three accepted, and one token more.
+    assert!(second.len() == 1 && second[0].new_token_ids.len() == 4, "{second:?}");
+    let plain = run(&mut engine(None, 2048), &prompts[..1], 1, false);
+    let got: Vec<u32> = [first[0].new_token_ids.clone(), second[0].new_token_ids.clone()].concat();
+    assert_eq!(got, plain[0].token_ids[..5], "the plain run's first five tokens");
+}
+
 /// A draft that differs from the target (the same model rounded to bf16, an HF folder): most
 /// drafts accepted, some rejected; greedy output unchanged in a batch of 32 with a budget that
 /// cuts drafts and a cache small enough to preempt (resumed requests recompute the draft's cache).
@@ -145,7 +183,7 @@ fn a_different_draft_model_keeps_greedy_output_exact_under_preemption() {
     let prompts = prompts();
     let want = run(&mut engine(None, 2048), &prompts, 32, false);
     let spec = r#"{"method": "draft_model", "model": "smollm2-bf16", "num_speculative_tokens": 4}"#;
-    let mut core = engine_with(Some(spec), 96, Some(&hf_dir("smollm2")), 80);
+    let mut core = engine_with(Some(spec), 96, Some(&hf_dir("smollm2")), 80, None);
     let got = run(&mut core, &prompts, 32, false);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.token_ids, w.token_ids, "request {i}");

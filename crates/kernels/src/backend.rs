@@ -47,6 +47,12 @@ pub trait Backend: Send + Sync {
         }
     }
 
+    /// Whether quantized matmuls run faster with int8 activations
+    /// ([`crate::quant_act::ActBits::Int8`]) than with int16 here.
+    fn int8_activations_pay(&self) -> bool {
+        false
+    }
+
     /// `a += b` element-wise.
     fn add_assign(&self, a: &mut [f32], b: &[f32]);
 
@@ -258,6 +264,10 @@ impl Backend for Cpu {
 
     fn matmul_many(&self, x: &[f32], m: usize, ws: &[&Weight], outs: &mut [&mut [f32]]) {
         matmul::matmul_many_on(self.tier, x, m, ws, outs)
+    }
+
+    fn int8_activations_pay(&self) -> bool {
+        self.tier == Tier::Avx512 // vpdpbusd dots four values an instruction, vpdpwssd two
     }
 
     fn matmul_jobs(&self, jobs: &mut [MatmulJob]) {

@@ -45,9 +45,30 @@ pub fn set_activation_bits(bits: ActBits) {
     INT8.store(bits == ActBits::Int8, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The process's activation bits ([`set_activation_bits`]).
+thread_local! {
+    /// This thread's override of the process's bits ([`with_activation_bits`]).
+    static SCOPED: std::cell::Cell<Option<ActBits>> = const { std::cell::Cell::new(None) };
+}
+
+/// The activation bits quantized matmuls called from this thread take: those of an enclosing
+/// [`with_activation_bits`], else the process's ([`set_activation_bits`]).
 pub fn activation_bits() -> ActBits {
-    if INT8.load(std::sync::atomic::Ordering::Relaxed) { ActBits::Int8 } else { ActBits::Int16 }
+    SCOPED.get().unwrap_or(if INT8.load(std::sync::atomic::Ordering::Relaxed) { ActBits::Int8 } else { ActBits::Int16 })
+}
+
+/// Runs `f` with this thread's quantized matmuls taking `bits` activations, whatever the
+/// process's setting: a speculative drafter, whose proposals the target verifies, trades
+/// accuracy for speed this way. The matmuls quantize on the calling thread, so the override
+/// covers their pool jobs too. The previous setting comes back when `f` returns or unwinds.
+pub fn with_activation_bits<R>(bits: ActBits, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<ActBits>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.set(self.0);
+        }
+    }
+    let _restore = Restore(SCOPED.replace(Some(bits)));
+    f()
 }
 
 /// `m` rows of `k` activations, quantized.
@@ -267,6 +288,23 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::testing::rand_vec;
+
+    #[test]
+    fn scoped_bits_apply_to_this_thread_and_come_back() {
+        let process = activation_bits();
+        let other = if process == ActBits::Int8 { ActBits::Int16 } else { ActBits::Int8 };
+        with_activation_bits(other, || {
+            assert_eq!(activation_bits(), other);
+            let elsewhere = std::thread::spawn(activation_bits).join().unwrap();
+            assert_eq!(elsewhere, process, "another thread keeps the process's bits");
+            with_activation_bits(process, || assert_eq!(activation_bits(), process));
+            assert_eq!(activation_bits(), other, "an inner scope restores the outer one");
+        });
+        assert_eq!(activation_bits(), process);
+        let unwound = std::panic::catch_unwind(|| with_activation_bits(other, || panic!("in scope")));
+        assert!(unwound.is_err());
+        assert_eq!(activation_bits(), process, "an unwinding scope restores the bits too");
+    }
 
     #[test]
     fn simd_and_scalar_quantization_agree_exactly() {
