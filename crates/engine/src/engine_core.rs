@@ -349,9 +349,10 @@ impl EngineCore {
     }
 
     /// Runs the drafter with weights (draft model, draft head) for the requests of the last
-    /// step, giving the scheduler their drafts; [`EngineCore::step`] does this first, so each
-    /// step's tokens are out before drafting for the next (see
-    /// [`crate::runner::ModelRunner::propose_drafts`]). n-gram drafts come with the step.
+    /// step, giving the scheduler their drafts. [`EngineCore::step`] does this at its end, or,
+    /// when the step brought a prompt the draft model must go over, at the start of the next
+    /// step, so the prompt's first token goes out first
+    /// ([`crate::runner::ModelRunner::drafts_wait`]). n-gram drafts come with the step.
     pub fn propose_drafts(&mut self) {
         for (id, drafts) in self.runner.propose_drafts() {
             self.scheduler.set_spec_token_ids(&id, drafts);
@@ -406,6 +407,9 @@ impl EngineCore {
                 num_cached_tokens,
                 request_id: u.request_id,
             });
+        }
+        if !self.runner.drafts_wait() {
+            self.propose_drafts();
         }
         self.stats.record_step(&out, &self.scheduler, generated, t0.elapsed());
         outputs

@@ -149,9 +149,9 @@ fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
     assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
 }
 
-/// A step's tokens come out before the draft model runs (its first pass over a long prompt
-/// would otherwise delay the first token): the drafts come when the next step starts, and a
-/// request that ends in between gets none.
+/// A prompt's first token comes out before the draft model's pass over the prompt (which
+/// would delay it): the drafts come when the next step starts, and a request that ends in
+/// between gets none. Later steps end with their drafts.
 #[test]
 fn a_step_returns_its_tokens_before_the_draft_model_runs() {
     let prompts = prompts();
@@ -170,6 +170,7 @@ fn a_step_returns_its_tokens_before_the_draft_model_runs() {
     let second = core.step();
     // The draft is the target itself: all three accepted, and one token more.
     assert!(second.len() == 1 && second[0].new_token_ids.len() == 4, "{second:?}");
+    assert_eq!(drafts(&core, "r0").map(|d| d.len()), Some(3), "a decode step ends with its drafts");
     let plain = run(&mut engine(None, 2048), &prompts[..1], 1, false);
     let got: Vec<u32> = [first[0].new_token_ids.clone(), second[0].new_token_ids.clone()].concat();
     assert_eq!(got, plain[0].token_ids[..5], "the plain run's first five tokens");
