@@ -65,8 +65,8 @@ pub struct EngineArgs {
     /// "prompt_lookup_max": 4}`) or `key=value,...`. Methods: `ngram` (prompt lookup in the
     /// request's own tokens, suffixes of prompt_lookup_min to _max tokens; as in vLLM, one of
     /// them alone sets both, and neither means 5; no extra weights), `draft_model` (`{"model": "DRAFT", "num_speculative_tokens": 4}`: a smaller
-    /// model of the same family proposes greedily; it shares the target's KV block ids and
-    /// takes its own share of the KV memory) and `mtp` (`{"method": "mtp",
+    /// model of the same family proposes greedily, with int8 activations where that is faster;
+    /// it shares the target's KV block ids and takes its own share of the KV memory) and `mtp` (`{"method": "mtp",
     /// "num_speculative_tokens": 2}`: the multi-token-prediction layer a Qwen3.5, Qwen3-Next or
     /// DeepSeek-V3 checkpoint ships; vLLM's `deepseek_mtp`, `qwen3_next_mtp` name it too),
     /// `eagle` (`{"method": "eagle", "model": "HEAD", "num_speculative_tokens": 3}`: an EAGLE-1
