@@ -40,11 +40,15 @@ pub struct Drafter {
     states: HashMap<String, DraftState>,
     /// What the draft's quantized matmuls take ([`drafter_bits`]).
     bits: ActBits,
+    /// At most this many of the requests' tokens a proposal catches up on (the step's token
+    /// budget): a long prompt comes in over several steps, each as large as a prefill chunk.
+    max_catch_up: usize,
 }
 
 impl Drafter {
     /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids); `bits`: its
-    /// activation bits, `None` for [`drafter_bits`]'s choice.
+    /// activation bits, `None` for [`drafter_bits`]'s choice; `max_catch_up`: the step's token
+    /// budget.
     pub fn new(
         model: Box<dyn Model>,
         k: usize,
@@ -52,11 +56,13 @@ impl Drafter {
         block_size: usize,
         dtype: KvDtype,
         bits: Option<ActBits>,
+        max_catch_up: usize,
     ) -> Self {
         let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let ws = Workspace::default();
         let bits = bits.unwrap_or_else(|| drafter_bits(ws.backend));
-        Drafter { model, kv, ws, logits: Vec::new(), k, states: HashMap::new(), bits }
+        let (logits, states, max_catch_up) = (Vec::new(), HashMap::new(), max_catch_up.max(1));
+        Drafter { model, kv, ws, logits, k, states, bits, max_catch_up }
     }
 
     /// Forgets what the cache holds for a request (new, or resumed with new blocks).
@@ -68,10 +74,13 @@ impl Drafter {
         self.states.remove(request_id);
     }
 
-    /// Greedy drafts for each job (at most `min(k, limit)` each), in job order.
+    /// Greedy drafts for each job (at most `min(k, limit)` each), in job order. A job whose
+    /// catch-up does not fit in what is left of `max_catch_up` takes in what fits and gets no
+    /// drafts this time (the target decodes it one token a step meanwhile).
     pub fn propose(&mut self, jobs: &[DraftJob]) -> Vec<Vec<u32>> {
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
         let mut round = Round::default();
+        let mut budget = self.max_catch_up;
         // Round 1: every token the cache lacks (the catch-up), then the next token's logits.
         for (j, job) in jobs.iter().enumerate().filter(|(_, job)| job.limit > 0) {
             let st = self.states.entry(job.request_id.to_string()).or_default();
@@ -79,7 +88,16 @@ impl Drafter {
             let start = st.computed.min(len);
             let matched = st.fed.iter().zip(&job.tokens[start..]).take_while(|(a, b)| a == b).count();
             let valid = (start + matched).min(len - 1);
-            round.push(j, &job.tokens[valid..], valid, job.block_table, self.kv.block_size, true);
+            let rows = (len - valid).min(budget);
+            if rows == 0 {
+                continue;
+            }
+            budget -= rows;
+            let whole = valid + rows == len;
+            round.push(j, &job.tokens[valid..valid + rows], valid, job.block_table, self.kv.block_size, whole);
+            if !whole {
+                (st.computed, st.fed) = (valid + rows, Vec::new());
+            }
         }
         let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
         for r in 0..width {

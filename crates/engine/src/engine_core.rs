@@ -271,7 +271,10 @@ impl EngineCore {
             }
             let group = draft_group(runner.model.as_ref(), draft.info(), &layout)?;
             let proposer = match draft {
-                DraftWeights::Model(m) => Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype, bits))),
+                DraftWeights::Model(m) => {
+                    let budget = config.max_num_batched_tokens;
+                    Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype, bits, budget)))
+                }
                 DraftWeights::Head(h) => Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype, bits))),
             };
             runner.set_drafter(proposer, group);
