@@ -272,7 +272,7 @@ fn load(
     }
     let l = match setup::load_any(model.as_deref(), args)? {
         LoadedRunner::Generate(l) => l,
-        LoadedRunner::Pooling(p) => return Ok(pooling_context(*p, served_name)),
+        LoadedRunner::Pooling(p) => return Ok(pooling_context(*p, served_name, log_stats)),
     };
     info!("serving {} as {served_name:?}", l.model_arg);
     let max_model_len = l.core.config.max_model_len;
@@ -333,11 +333,15 @@ fn generation_overrides(arg: Option<&str>) -> Result<Option<serde_json::Map<Stri
     Ok(Some(o))
 }
 
-fn pooling_context(p: LoadedPooling, served_name: &str) -> ModelContext {
+fn pooling_context(p: LoadedPooling, served_name: &str, log_stats: Option<Duration>) -> ModelContext {
     info!("serving {} as {served_name:?} (embeddings: /v1/embeddings, /pooling, /score, /rerank)", p.model_arg);
     let max_model_len = p.limits.max_model_len;
+    let handle = PoolingHandle::spawn(p.model, p.limits);
+    if let Some(interval) = log_stats {
+        vllm_rs_engine::stat_logger::spawn_pooling(&handle, interval);
+    }
     ModelContext {
-        runner: Runner::Pooling(PoolingHandle::spawn(p.model, p.limits)),
+        runner: Runner::Pooling(handle),
         defaults: SamplingDefaults::default(),
         tokenizer: p.tokenizer,
         chat_template: None,

@@ -172,6 +172,21 @@ fn bad_pooling_requests_are_400s_and_the_server_stays_healthy() {
     );
 }
 
+/// vLLM's periodic statistics line for a pooling model: the inputs' tokens are its prompt
+/// throughput.
+#[test]
+fn a_pooling_server_logs_its_statistics() {
+    let model = vec![hf_dir("minilm").to_string_lossy().into_owned()];
+    let s = Server::start_args_with_env(model, &[], &[("VLLM_LOG_STATS_INTERVAL", "0.2")]);
+    s.ok("/v1/embeddings", &json!({"input": ["a few words to embed", "and a few more"]}));
+    let busy = |l: &str| l.contains("Avg prompt throughput: ") && !l.contains("Avg prompt throughput: 0.0 ");
+    let logged = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        s.log().lines().any(busy)
+    });
+    assert!(logged, "{}", s.log());
+}
+
 #[test]
 fn openai_sdk_embeddings_create_works() {
     let py = vllm_rs_testutil::models_dir().join("venv/bin/python");

@@ -46,12 +46,15 @@ enum Command {
     Shutdown,
 }
 
-/// Counters for `/metrics`.
+/// Counters for `/metrics` and the periodic log ([`PoolingHandle::engine_stats`]).
 #[derive(Default)]
 pub struct PoolingStats {
     pub inputs: AtomicU64,
     pub tokens: AtomicU64,
     pub batches: AtomicU64,
+    /// Inputs queued and not answered yet, and how many of them the running batch holds.
+    pub unanswered: AtomicU64,
+    pub running: AtomicU64,
 }
 
 pub struct PoolingHandle {
@@ -89,6 +92,20 @@ impl PoolingHandle {
         })
     }
 
+    /// The counters in the engine's terms (vLLM counts a pooling model's tokens as prompt
+    /// tokens): inputs' tokens, batches as steps, the running batch and the queue.
+    pub fn engine_stats(&self) -> crate::EngineStats {
+        let s = &self.stats;
+        let (unanswered, running) = (s.unanswered.load(Ordering::Relaxed), s.running.load(Ordering::Relaxed));
+        crate::EngineStats {
+            prompt_tokens_total: s.tokens.load(Ordering::Relaxed),
+            num_steps: s.batches.load(Ordering::Relaxed),
+            num_running: running as usize,
+            num_waiting: unanswered.saturating_sub(running) as usize,
+            ..Default::default()
+        }
+    }
+
     /// Whether the model has a classification head (classify, cross-encoder scores).
     pub fn num_labels(&self) -> Option<usize> {
         self.labels.as_ref().map(Vec::len)
@@ -103,6 +120,7 @@ impl PoolingHandle {
         assert!(input.token_type_ids.as_ref().is_none_or(|t| t.len() == n));
         assert!(input.task == PoolingTask::Embed || self.labels.is_some());
         let (reply, rx) = oneshot::channel();
+        self.stats.unanswered.fetch_add(1, Ordering::Relaxed);
         let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(Command::Pool(input, reply));
         rx
     }
@@ -160,7 +178,21 @@ fn pooling_loop(model: PoolingModel, limits: PoolingLimits, rx: mpsc::Receiver<C
 
 /// Encodes the inputs whose callers still wait, pools (or classifies) each, answers each.
 fn run_batch(model: &PoolingModel, batch: Vec<(PoolingInput, Reply)>, ws: &mut PoolingWorkspace, stats: &PoolingStats) {
+    let taken = batch.len() as u64;
     let batch: Vec<_> = batch.into_iter().filter(|(_, reply)| !reply.is_closed()).collect();
+    stats.running.store(batch.len() as u64, Ordering::Relaxed);
+    answer_batch(model, batch, ws, stats);
+    stats.running.store(0, Ordering::Relaxed);
+    stats.unanswered.fetch_sub(taken, Ordering::Relaxed);
+}
+
+/// [`run_batch`]'s work on the inputs whose callers still wait.
+fn answer_batch(
+    model: &PoolingModel,
+    batch: Vec<(PoolingInput, Reply)>,
+    ws: &mut PoolingWorkspace,
+    stats: &PoolingStats,
+) {
     if batch.is_empty() {
         return;
     }

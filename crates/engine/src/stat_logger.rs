@@ -4,6 +4,7 @@
 //! engine go to the debug level, as vLLM's do.
 
 use crate::handle::EngineHandle;
+use crate::pooling_runner::PoolingHandle;
 use crate::stats::EngineStats;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -15,13 +16,25 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// handle is dropped.
 pub fn spawn(handle: &Arc<EngineHandle>, interval: Duration) {
     let handle: Weak<EngineHandle> = Arc::downgrade(handle);
+    spawn_with(move || handle.upgrade().map(|h| h.stats()), interval);
+}
+
+/// The same for a pooling model (embeddings, scores), as vLLM logs one: its inputs' tokens are
+/// the prompt throughput; nothing is generated and there is no KV cache.
+pub fn spawn_pooling(handle: &Arc<PoolingHandle>, interval: Duration) {
+    let handle: Weak<PoolingHandle> = Arc::downgrade(handle);
+    spawn_with(move || handle.upgrade().map(|h| h.engine_stats()), interval);
+}
+
+/// Logs what `stats` reads every `interval` until it reads nothing.
+fn spawn_with(stats: impl Fn() -> Option<EngineStats> + Send + 'static, interval: Duration) {
     let spawned = std::thread::Builder::new().name("vllm-rs-stats".into()).spawn(move || {
         // The previous line's time and statistics, and whether its interval had activity.
         let (mut then, mut prev, mut was_active) = (Instant::now(), EngineStats::default(), false);
         loop {
             std::thread::sleep(interval);
-            let Some(h) = handle.upgrade() else { return };
-            let (now, stats) = (Instant::now(), h.stats());
+            let Some(stats) = stats() else { return };
+            let now = Instant::now();
             let active = stats.prompt_tokens_total != prev.prompt_tokens_total
                 || stats.generation_tokens_total != prev.generation_tokens_total;
             for line in lines(&prev, &stats, now.duration_since(then).as_secs_f64()) {

@@ -62,7 +62,11 @@ impl Server {
     /// Starts `serve` on `model_args` (the model and its flags) instead of [`default_args`] and
     /// waits until it is ready.
     pub fn start_args(model_args: Vec<String>, extra: &[&str]) -> Server {
-        let s = Self::spawn_args(model_args, extra, &[]);
+        Self::start_args_with_env(model_args, extra, &[])
+    }
+
+    pub fn start_args_with_env(model_args: Vec<String>, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let s = Self::spawn_args(model_args, extra, env);
         s.wait_ready(Duration::from_secs(120));
         s
     }

@@ -6,7 +6,6 @@ use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use vllm_rs_engine::EngineStats;
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -25,10 +24,6 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 fn runner_stats(runner: &Runner) -> EngineStats {
     match runner {
         Runner::Generate(e) => e.stats(),
-        Runner::Pooling(p) => EngineStats {
-            prompt_tokens_total: p.stats.tokens.load(Ordering::Relaxed),
-            num_steps: p.stats.batches.load(Ordering::Relaxed),
-            ..EngineStats::default()
-        },
+        Runner::Pooling(p) => p.engine_stats(),
     }
 }
