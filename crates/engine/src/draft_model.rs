@@ -8,7 +8,7 @@
 //! how many positions of its cache hold the request's real tokens; proposals that the target
 //! rejected are recomputed, accepted ones are kept.
 
-use crate::draft_round::{Round, drafter_bits};
+use crate::draft_round::Round;
 use std::collections::HashMap;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
@@ -38,7 +38,7 @@ pub struct Drafter {
     logits: Vec<f32>,
     k: usize,
     states: HashMap<String, DraftState>,
-    /// What the draft's quantized matmuls take ([`drafter_bits`]).
+    /// What the draft's quantized matmuls take ([`crate::draft_round::drafter_bits`]).
     bits: ActBits,
     /// At most this many of the requests' tokens a proposal catches up on (the step's token
     /// budget): a long prompt comes in over several steps, each as large as a prefill chunk.
@@ -47,7 +47,7 @@ pub struct Drafter {
 
 impl Drafter {
     /// A draft over `num_blocks` blocks of `block_size` tokens (the target's block ids); `bits`: its
-    /// activation bits, `None` for [`drafter_bits`]'s choice; `max_catch_up`: the step's token
+    /// activation bits ([`crate::draft_round::drafter_bits`]); `max_catch_up`: the step's token
     /// budget.
     pub fn new(
         model: Box<dyn Model>,
@@ -55,12 +55,11 @@ impl Drafter {
         num_blocks: usize,
         block_size: usize,
         dtype: KvDtype,
-        bits: Option<ActBits>,
+        bits: ActBits,
         max_catch_up: usize,
     ) -> Self {
         let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let ws = Workspace::default();
-        let bits = bits.unwrap_or_else(|| drafter_bits(ws.backend));
         let (logits, states, max_catch_up) = (Vec::new(), HashMap::new(), max_catch_up.max(1));
         Drafter { model, kv, ws, logits, k, states, bits, max_catch_up }
     }

@@ -2,6 +2,7 @@
 //! caller running an offline batch). No locks, no awaiting: one step is schedule → run → update.
 
 use crate::draft_model::Drafter;
+use crate::draft_round::drafter_bits;
 use crate::head_drafter::HeadDrafter;
 use crate::runner::{ModelRunner, Proposer};
 use crate::sampler::TokenLogprobs;
@@ -252,13 +253,10 @@ impl EngineCore {
         if let Some(c) = config.speculative_config.as_ref().filter(|c| c.has_weights()) {
             let draft =
                 draft.ok_or_else(|| EngineError::InvalidRequest(format!("{}: no draft weights given", c.method)))?;
-            let (k, blocks, bs, dtype, bits) = (
-                c.num_speculative_tokens,
-                config.num_blocks,
-                config.block_size,
-                config.kv_cache_dtype,
-                config.draft_activation_bits,
-            );
+            let (k, blocks, bs, dtype) =
+                (c.num_speculative_tokens, config.num_blocks, config.block_size, config.kv_cache_dtype);
+            let bits =
+                config.draft_activation_bits.unwrap_or_else(|| drafter_bits(vllm_rs_kernels::backend::default()));
             if let DraftWeights::Model(m) = &draft
                 && m.info().has_recurrent_layers()
             {

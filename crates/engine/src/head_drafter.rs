@@ -10,7 +10,7 @@
 //! target's block tables (a full-attention group), and chained drafts write into the `k`
 //! lookahead slots the scheduler reserves; the next step's rows overwrite what was rejected.
 
-use crate::draft_round::{Round, drafter_bits};
+use crate::draft_round::Round;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
 use vllm_rs_models::Workspace;
@@ -36,25 +36,24 @@ pub struct HeadDrafter {
     /// The first round's hidden state of every target row.
     target_rows: Vec<f32>,
     logits: Vec<f32>,
-    /// What the head's quantized matmuls take ([`drafter_bits`]).
+    /// What the head's quantized matmuls take ([`crate::draft_round::drafter_bits`]).
     bits: ActBits,
 }
 
 impl HeadDrafter {
     /// A drafter over `num_blocks` blocks of `block_size` tokens (the target's block ids); `bits`: its
-    /// activation bits, `None` for [`drafter_bits`]'s choice.
+    /// activation bits ([`crate::draft_round::drafter_bits`]).
     pub fn new(
         head: Box<dyn DraftHead>,
         k: usize,
         num_blocks: usize,
         block_size: usize,
         dtype: KvDtype,
-        bits: Option<ActBits>,
+        bits: ActBits,
     ) -> Self {
         let kv = head.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let (hidden, target_rows, logits) = (Vec::new(), Vec::new(), Vec::new());
         let ws = Workspace::default();
-        let bits = bits.unwrap_or_else(|| drafter_bits(ws.backend));
         HeadDrafter { head, kv, ws, k, hidden, target_rows, logits, bits }
     }
 

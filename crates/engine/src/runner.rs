@@ -449,45 +449,38 @@ impl ModelRunner {
     /// step or at the start of the next ([`ModelRunner::drafts_wait`]). A draft head reads the
     /// last step's hidden states, which stay in the workspace until the next forward.
     pub fn propose_drafts(&mut self) -> Vec<(String, Vec<u32>)> {
-        let (states, pending) = (&self.states, std::mem::take(&mut self.pending));
-        if pending.is_empty() {
+        let pending = std::mem::take(&mut self.pending);
+        let Some((proposer, group)) = self.drafter.as_mut().filter(|_| !pending.is_empty()) else {
             return Vec::new();
-        }
-        let ids = pending.iter().map(|p| p.request_id.clone());
-        match &mut self.drafter {
-            Some((Proposer::Model(drafter), group)) => {
-                let jobs: Vec<DraftJob> = pending
-                    .iter()
+        };
+        // Each request's tokens and its block table in the drafter's group.
+        let (states, group) = (&self.states, *group);
+        let seen = |p: &PendingDraft| {
+            let st = &states[&p.request_id];
+            (&st.token_ids[..], &st.block_ids[group][..])
+        };
+        let drafts = match proposer {
+            Proposer::Model(drafter) => {
+                let jobs: Vec<DraftJob> = (pending.iter())
                     .map(|p| {
-                        let st = &states[&p.request_id];
-                        DraftJob {
-                            request_id: &p.request_id,
-                            tokens: &st.token_ids,
-                            block_table: &st.block_ids[*group],
-                            limit: p.limit,
-                        }
+                        let (tokens, block_table) = seen(p);
+                        DraftJob { request_id: &p.request_id, tokens, block_table, limit: p.limit }
                     })
                     .collect();
-                ids.zip(drafter.propose(&jobs)).collect()
+                drafter.propose(&jobs)
             }
-            Some((Proposer::Head(head), group)) => {
-                let jobs: Vec<HeadJob> = pending
-                    .iter()
+            Proposer::Head(head) => {
+                let jobs: Vec<HeadJob> = (pending.iter())
                     .map(|p| {
-                        let st = &states[&p.request_id];
-                        HeadJob {
-                            tokens: &st.token_ids,
-                            block_table: &st.block_ids[*group],
-                            rows: p.rows.clone(),
-                            first_position: p.first_position,
-                            limit: p.limit,
-                        }
+                        let (tokens, block_table) = seen(p);
+                        let (rows, first_position, limit) = (p.rows.clone(), p.first_position, p.limit);
+                        HeadJob { tokens, block_table, rows, first_position, limit }
                     })
                     .collect();
-                ids.zip(head.propose(&self.workspace, &jobs)).collect()
+                head.propose(&self.workspace, &jobs)
             }
-            None => Vec::new(),
-        }
+        };
+        pending.into_iter().map(|p| p.request_id).zip(drafts).collect()
     }
 }
 
