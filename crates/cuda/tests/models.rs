@@ -128,7 +128,8 @@ fn weights_with_a_kernel_are_uploaded_at_load_and_left_unpacked() {
     assert_eq!(got, want, "the GPU's product differs from the scalar CPU's");
     let q41 = cuda.prepare_weight(quantize_random(GgmlType::Q4_1, 64, 512, 2));
     assert!(!q41.device.is_made(), "Q4_1 has no CUDA kernel, yet was uploaded");
-    assert_eq!(q41.packed.is_some(), vllm_rs_kernels::isa::tier() == Tier::Avx512, "Q4_1 not packed as the CPU packs");
+    let packs = vllm_rs_kernels::packed::packs_for(vllm_rs_kernels::isa::tier());
+    assert_eq!(q41.packed.is_some(), packs, "Q4_1 not packed as the CPU packs");
 }
 
 #[test]

@@ -17,6 +17,19 @@ fn main() {
             let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(x86::rates)).collect();
             handles.into_iter().map(|h| h.join().expect("measuring thread")).collect()
         });
+        let avx2: Vec<[f64; 3]> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(x86::rates_avx2)).collect();
+            handles.into_iter().map(|h| h.join().expect("measuring thread")).collect()
+        });
+        for (t, ([ghz, ..], [md, mda, fy])) in rates.iter().zip(&avx2).enumerate() {
+            println!(
+                "thread {t}: AVX2 G/s: vpmaddwd ymm {md:.2}, vpmaddwd + vpaddd ymm {mda:.2} (pairs), fma ymm {fy:.2} \
+                 ({:.2}, {:.2}, {:.2} a cycle)",
+                md / ghz,
+                mda / ghz,
+                fy / ghz
+            );
+        }
         for (t, [ghz, dp, fz, fy, bf, db]) in rates.iter().enumerate() {
             println!(
                 "thread {t}: clock {ghz:.2} GHz; G/s: vpdpwssd zmm {dp:.2}, fma zmm {fz:.2}, fma ymm {fy:.2}, \
@@ -66,6 +79,56 @@ mod x86 {
                 $($op, " ", $r, $n, ", ", $r, "30, ", $r, "31\n",)*
             )
         };
+    }
+
+    /// `[vpmaddwd ymm, vpmaddwd + vpaddd ymm (pairs a second), fma ymm]` on this thread (VEX
+    /// encodings, registers 0–15: what the AVX2 tier's int16 dots and float kernels issue);
+    /// zeros where the CPU lacks AVX2/FMA.
+    pub fn rates_avx2() -> [f64; 3] {
+        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+            return [0.0; 3];
+        }
+        macro_rules! go {
+            ($n:literal, $body:expr) => {
+                // SAFETY: register-only arithmetic on the registers named, declared clobbered; the
+                // CPU has AVX2 and FMA (checked above).
+                rate($n, || unsafe {
+                    std::arch::asm!("vpxor xmm14, xmm14, xmm14", "vpxor xmm15, xmm15, xmm15", $body,
+                        out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _,
+                        out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
+                        out("ymm10") _, out("ymm11") _, out("ymm12") _, out("ymm13") _, out("ymm14") _,
+                        out("ymm15") _, options(nomem, nostack))
+                })
+            };
+        }
+        macro_rules! each {
+            ($($n:literal)*) => { concat!($("vpmaddwd ymm", $n, ", ymm14, ymm15\n",)*) };
+            (pair $($t:literal $a:literal)*) => {
+                concat!($("vpmaddwd ymm", $t, ", ymm14, ymm15\nvpaddd ymm", $a, ", ymm", $a, ", ymm", $t, "\n",)*)
+            };
+            (fma $($n:literal)*) => { concat!($("vfmadd231ps ymm", $n, ", ymm14, ymm15\n",)*) };
+        }
+        [
+            go!(
+                56,
+                concat!(
+                    each!(0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+                    each!(0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+                    each!(0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+                    each!(0 1 2 3 4 5 6 7 8 9 10 11 12 13)
+                )
+            ),
+            go!(12, concat!(each!(pair 0 6 1 7 2 8 3 9 4 10 5 11), each!(pair 0 6 1 7 2 8 3 9 4 10 5 11))),
+            go!(
+                56,
+                concat!(
+                    each!(fma 0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+                    each!(fma 0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+                    each!(fma 0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+                    each!(fma 0 1 2 3 4 5 6 7 8 9 10 11 12 13)
+                )
+            ),
+        ]
     }
 
     /// `[GHz, vpdpwssd zmm, fma zmm, fma ymm, vdpbf16ps zmm, vpdpbusd zmm]` on this thread; the vector rates

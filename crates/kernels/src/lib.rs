@@ -17,6 +17,7 @@ pub mod mxfp4;
 pub mod neon;
 pub mod ops;
 pub mod packed;
+pub mod packed_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod packed_avx512;
 pub mod packed_bf16;

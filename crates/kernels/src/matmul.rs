@@ -121,16 +121,16 @@ pub fn matmul_many_on(tier: Tier, x: &[f32], m: usize, ws: &[&Weight], outs: &mu
         let mut a = a.borrow_mut();
         a.quantize_into(tier, crate::quant_act::activation_bits(), x, m, cols);
         #[cfg(target_arch = "x86_64")]
-        if tier == Tier::Avx512
+        if crate::packed::packs_for(tier)
             && let Some(ps) = ws.iter().map(|w| w.packed.as_deref()).collect::<Option<Vec<_>>>()
         {
-            crate::packed::matmul_many(&ps, &a, outs);
+            crate::packed::matmul_many(tier, &ps, &a, outs);
             return;
         }
         for (w, o) in ws.iter().zip(outs.iter_mut()) {
             #[cfg(target_arch = "x86_64")]
-            if let (Tier::Avx512, Some(p)) = (tier, &w.packed) {
-                crate::packed::matmul(p, &a, o);
+            if let (true, Some(p)) = (crate::packed::packs_for(tier), &w.packed) {
+                crate::packed::matmul(tier, p, &a, o);
                 continue;
             }
             crate::qmatmul::qmatmul(tier, &a, w, o);
@@ -148,12 +148,12 @@ pub struct MatmulJob<'a> {
 }
 
 /// Several matmuls, each with its own activations (a MoE layer's experts over their tokens);
-/// each output is [`matmul_many_on`]'s. Packed weights (AVX-512) go as one pool job for all of
+/// each output is [`matmul_many_on`]'s. Packed weights (AVX2, AVX-512) go as one pool job for all of
 /// them, with one quantization per distinct `x` (jobs that follow each other with the same `x`,
 /// as an expert's gate and up, share it); anything else runs job by job.
 pub fn matmul_jobs_on(tier: Tier, jobs: &mut [MatmulJob]) {
     #[cfg(target_arch = "x86_64")]
-    if tier == Tier::Avx512 && jobs.iter().all(|j| j.w.packed.is_some() && j.w.bf16.is_none()) {
+    if crate::packed::packs_for(tier) && jobs.iter().all(|j| j.w.packed.is_some() && j.w.bf16.is_none()) {
         return JOB_ACTS.with_borrow_mut(|acts| {
             let (mut n, mut prev) = (0, None);
             let mut ps = Vec::with_capacity(jobs.len());
@@ -170,7 +170,7 @@ pub fn matmul_jobs_on(tier: Tier, jobs: &mut [MatmulJob]) {
                 }
                 ps.push((w.packed.as_deref().expect("checked above"), n - 1, &mut *j.out));
             }
-            crate::packed::matmul_jobs(&acts[..n], &mut ps);
+            crate::packed::matmul_jobs(tier, &acts[..n], &mut ps);
         });
     }
     for j in jobs {

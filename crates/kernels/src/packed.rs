@@ -1,4 +1,5 @@
-//! Quantized weights repacked at load for the AVX-512 VNNI tier, *rows across lanes*: sixteen
+//! Quantized weights repacked at load for the AVX-512 VNNI and AVX2 tiers ([`crate::packed_avx512`],
+//! [`crate::packed_avx2`]: the same layout and bits), *rows across lanes*: sixteen
 //! rows make a block, and within a block, group by group, int16 vector `j` of group `g` holds in
 //! 32-bit lane `r` pair `j` (values `2j, 2j + 1`) of group `g` of row `r`. One activation pair,
 //! broadcast, times such a vector by `vpdpwssd` adds to sixteen rows' group sums at once: a
@@ -21,6 +22,7 @@
 //! more streams each, ~16 GB/s to one stream per thread).
 
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
+use crate::isa::Tier;
 use crate::qpanel::group_of;
 #[cfg(target_arch = "x86_64")]
 use crate::quant_act::{ActBits, QuantizedActs};
@@ -58,6 +60,12 @@ impl Scales {
             Scales::PerGroup { mins } | Scales::Super { mins, .. } => mins,
         }
     }
+}
+
+/// Whether quantized weights are packed for the kernels of `tier` ([`crate::packed_avx512`],
+/// [`crate::packed_avx2`]).
+pub fn packs_for(tier: Tier) -> bool {
+    matches!(tier, Tier::Avx2 | Tier::Avx512)
 }
 
 /// Formats with a packed layout, in the order of [`format_index`].
@@ -332,6 +340,8 @@ pub struct ActChunks {
     m: usize,
     k: usize,
     pub bits: ActBits,
+    /// Words are int8 quads (the AVX-512 kernels with int8 activations), else int16 pairs.
+    pub quads: bool,
     q: Vec<u32>,
     /// Per group of 32 values (`[0]`) and of 16 (`[1]`): scales, scaled sums, and sums (which
     /// the int8 kernels read).
@@ -360,15 +370,17 @@ pub const ACT_ROWS: usize = 8;
 impl ActChunks {
     /// Values in a word: a pair, or an int8 quad.
     fn per_word(&self) -> usize {
-        if self.bits == ActBits::Int8 { 4 } else { 2 }
+        if self.quads { 4 } else { 2 }
     }
 
-    /// Lays out `a` (reusing the buffers), chunks split over the pool's threads from 16.
-    pub fn build(&mut self, a: &QuantizedActs) {
+    /// Lays out `a` (reusing the buffers) for the kernels of `tier`, chunks split over the
+    /// pool's threads from 16. (The AVX2 kernels take int8 activations as pairs.)
+    pub fn build(&mut self, a: &QuantizedActs, tier: Tier) {
         use crate::pool::Rows;
         let (m, k) = (a.m, a.k);
-        (self.m, self.k, self.bits) = (m, k, a.bits);
-        let (words, int8) = (k / self.per_word(), a.bits == ActBits::Int8);
+        let avx512 = tier == Tier::Avx512;
+        (self.m, self.k, self.bits, self.quads) = (m, k, a.bits, avx512 && a.bits == ActBits::Int8);
+        let (words, int8) = (k / self.per_word(), self.quads);
         self.q.resize(m * words, 0);
         for (((d, dsum), sum), per) in self.d.iter_mut().zip(&mut self.dsum).zip(&mut self.sum).zip([k / 32, k / 16]) {
             d.resize(m * per, 0.0);
@@ -421,7 +433,7 @@ impl ActChunks {
                     }
                     continue;
                 }
-                if c == ACT_ROWS {
+                if c == ACT_ROWS && avx512 {
                     // SAFETY: the tier was checked by the caller; eight whole rows of k values
                     // (a multiple of 32) in and out.
                     unsafe { crate::packed_avx512::transpose8(rows, k / 2, q) };
@@ -456,20 +468,21 @@ impl ActChunks {
     }
 }
 
-/// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`).
+/// `out[i·n + j] = Σ x[i,·] · W[j,·]` over packed weights, with `x` quantized (`a`), by the
+/// kernels of `tier` (AVX2 or AVX-512: the same bits).
 #[cfg(target_arch = "x86_64")]
-pub fn matmul(p: &Packed, a: &QuantizedActs, out: &mut [f32]) {
-    matmul_many(&[p], a, &mut [out]);
+pub fn matmul(tier: Tier, p: &Packed, a: &QuantizedActs, out: &mut [f32]) {
+    matmul_many(tier, &[p], a, &mut [out]);
 }
 
 /// [`matmul`] for up to four weights of the same width and the same activations, as one job on
 /// the pool (q/k/v or gate/up: one quantization, one start and join).
 #[cfg(target_arch = "x86_64")]
-pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
+pub fn matmul_many(tier: Tier, ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
     assert!(ps.len() == outs.len());
     let mut jobs: Vec<(&Packed, usize, &mut [f32])> =
         ps.iter().zip(outs.iter_mut()).map(|(p, out)| (*p, 0, &mut **out)).collect();
-    matmul_jobs(std::slice::from_ref(a), &mut jobs);
+    matmul_jobs(tier, std::slice::from_ref(a), &mut jobs);
 }
 
 /// Products of packed weights with several sets of activations (`(weight, index into acts,
@@ -483,10 +496,10 @@ pub fn matmul_many(ps: &[&Packed], a: &QuantizedActs, outs: &mut [&mut [f32]]) {
 /// decode step). Holding one run ahead leaves at most a run's imbalance at the end of the job;
 /// runs are short for that.
 #[cfg(target_arch = "x86_64")]
-pub fn matmul_jobs(acts: &[QuantizedActs], jobs: &mut [(&Packed, usize, &mut [f32])]) {
+pub fn matmul_jobs(tier: Tier, acts: &[QuantizedActs], jobs: &mut [(&Packed, usize, &mut [f32])]) {
     use crate::matmul::SyncPtr;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    assert!(crate::isa::Tier::Avx512.supported(), "packed weights need AVX-512 VNNI");
+    assert!(packs_for(tier) && tier.supported(), "packed weights need AVX2 or AVX-512 VNNI");
     let threads = crate::pool::global().n_threads();
     // Per job: units per run, and the job's first run (`first[jobs.len()]` = all runs).
     let mut per = Vec::with_capacity(jobs.len());
@@ -516,14 +529,14 @@ pub fn matmul_jobs(acts: &[QuantizedActs], jobs: &mut [(&Packed, usize, &mut [f3
     let claim = || Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&r| r < runs).map(run);
     ACTS.with_borrow_mut(|chunks| {
         chunks.resize_with(chunks.len().max(acts.len()), Default::default);
-        acts.iter().zip(chunks.iter_mut()).for_each(|(a, c)| c.build(a));
+        acts.iter().zip(chunks.iter_mut()).for_each(|(a, c)| c.build(a, tier));
         let chunks = &chunks[..];
         crate::pool::global().run(threads.min(runs), &|_| {
             let mut cur = claim();
             while let Some((j, units)) = cur {
                 cur = claim();
                 let then = cur.as_ref().map(|(k, next)| (ps[*k].0, next.start));
-                run_units(ps[j].0, &chunks[ps[j].1], units, then, outs[j]);
+                run_units(tier, ps[j].0, &chunks[ps[j].1], units, then, outs[j]);
             }
         })
     });
@@ -543,6 +556,7 @@ thread_local! {
 /// meanwhile, on the first pass over the weights: four streams in flight.
 #[cfg(target_arch = "x86_64")]
 fn run_units(
+    tier: Tier,
     p: &Packed,
     a: &ActChunks,
     units: std::ops::Range<usize>,
@@ -558,9 +572,11 @@ fn run_units(
             let after = if u + 1 < units.end { Some((p, u + 1)) } else { then };
             let ahead = after.filter(|_| b0 == 0).map(|(q, v)| (q, q.unit(v)));
             let ahead = ahead.and_then(|(q, (next, n))| (n > 0).then_some((q, next)));
-            if n > 0 {
-                // SAFETY: the tier was checked; this run alone writes these blocks' outputs.
-                unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) };
+            // SAFETY: the tier was checked; this run alone writes these blocks' outputs.
+            match tier {
+                _ if n == 0 => {}
+                Tier::Avx512 => unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) },
+                _ => unsafe { crate::packed_avx2::block_rows(p, (b, n), a, xs.clone(), out.get()) },
             }
         }
     }
@@ -766,40 +782,46 @@ mod tests {
         }
     }
 
-    /// The AVX-512 kernels give their scalar reference's bits for every format, tail shape, row
+    /// The AVX2 and AVX-512 kernels give their scalar reference's bits for every format, tail shape, row
     /// count (tiles padded with zero rows) and batch size (chunks of every row count), with
     /// int16 and int8 activations, and a row's result does not depend on the batch around it
     /// (that reference is held to the f64 budget in `qmatmul`'s tests).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx512_kernels_are_bit_identical_to_their_scalar_reference() {
-        use crate::isa::Tier;
+    fn avx2_and_avx512_kernels_are_bit_identical_to_their_scalar_reference() {
         use crate::testing::rand_vec;
-        if !Tier::Avx512.supported() {
-            eprintln!("skipped: this CPU lacks AVX-512 VNNI");
+        let tiers: Vec<Tier> = [Tier::Avx2, Tier::Avx512].into_iter().filter(|t| t.supported()).collect();
+        if tiers.is_empty() {
+            eprintln!("skipped: this CPU lacks AVX2");
             return;
         }
-        for (ty, _) in FORMATS {
-            for k in ks(ty) {
-                // 13 rows: one block; 150: ten blocks, whose last band is short; 300: runs of
-                // several blocks a task (on two threads).
-                let shapes = [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 70].map(|m| (13, m)).into_iter().chain([
-                    (150, 1),
-                    (150, 70),
-                    (300, 9),
-                ]);
-                for (n, m) in shapes {
-                    let w = quantize_random(ty, n, k, 31);
-                    let p = Packed::pack(&w).expect("packable");
-                    let x = rand_vec(70 * k, 32);
-                    for bits in [ActBits::Int16, ActBits::Int8] {
-                        let a = QuantizedActs::quantize_bits(bits, &x[..m * k], m, k);
-                        let mut want = vec![0f32; m * n];
-                        crate::qmatmul::chained_reference(&a, &w, &mut want);
-                        let mut got = vec![0f32; m * n];
-                        matmul(&p, &a, &mut got);
-                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                            assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} {bits:?} k={k} m={m} out {i}: {g} vs {w}");
+        for tier in tiers {
+            for (ty, _) in FORMATS {
+                for k in ks(ty) {
+                    // 13 rows: one block; 150: ten blocks, whose last band is short; 300: runs of
+                    // several blocks a task (on two threads).
+                    let shapes = [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 70].map(|m| (13, m)).into_iter().chain([
+                        (150, 1),
+                        (150, 70),
+                        (300, 9),
+                    ]);
+                    for (n, m) in shapes {
+                        let w = quantize_random(ty, n, k, 31);
+                        let p = Packed::pack(&w).expect("packable");
+                        let x = rand_vec(70 * k, 32);
+                        for bits in [ActBits::Int16, ActBits::Int8] {
+                            let a = QuantizedActs::quantize_bits(bits, &x[..m * k], m, k);
+                            let mut want = vec![0f32; m * n];
+                            crate::qmatmul::chained_reference(&a, &w, &mut want);
+                            let mut got = vec![0f32; m * n];
+                            matmul(tier, &p, &a, &mut got);
+                            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                                assert_eq!(
+                                    g.to_bits(),
+                                    w.to_bits(),
+                                    "{tier:?} {ty:?} {bits:?} k={k} m={m} out {i}: {g} vs {w}"
+                                );
+                            }
                         }
                     }
                 }

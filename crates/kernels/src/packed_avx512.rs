@@ -420,7 +420,7 @@ pub unsafe fn block_rows(
 ) {
     // SAFETY: as vouched by the caller.
     unsafe {
-        if a.bits == crate::quant_act::ActBits::Int8 {
+        if a.quads {
             by_format!(p.index, F => block_rows_f::<F, true>(p, (b, n), ahead, a, xs, out))
         } else {
             by_format!(p.index, F => block_rows_f::<F, false>(p, (b, n), ahead, a, xs, out))

@@ -13,12 +13,12 @@
 //! octets between them, NEON four 4-lane ones; the scalar tier computes exactly this, so these
 //! tiers are bit-identical to it.
 //!
-//! The AVX-512 tier's packed kernels ([`crate::packed`]) put sixteen weight rows in sixteen
-//! lanes and keep their own order, [`chained_reference`]: one chain per output, `acc =
+//! The AVX2 and AVX-512 tiers' packed kernels ([`crate::packed`], for the formats it lays out)
+//! put weight rows in lanes and keep their own order, [`chained_reference`]: one chain per output, `acc =
 //! fma(isum_g, vscale_g · dx_g, acc)` over the groups in order (the minimums likewise), `acc +
 //! accm`. With rows in lanes that chain costs nothing, where sixteen lane accumulators per row
-//! had to live in memory (23 % slower at k = 576); with groups in lanes (AVX2, NEON) it is a
-//! serial chain per output (17–42 % slower there). Either order is batch-invariant, and they
+//! had to live in memory (23 % slower at k = 576); with groups in lanes (this module's AVX2
+//! kernels, NEON) it is a serial chain per output (17–42 % slower there). Either order is batch-invariant, and they
 //! agree within the per-format error budget (tested).
 
 use crate::isa::Tier;

@@ -59,7 +59,7 @@ pub struct Weight {
     pub rows: usize,
     pub cols: usize,
     pub storage: Storage,
-    /// The same values repacked for the AVX-512 tier's matmul ([`Weight::for_matmul`]).
+    /// The same values repacked for the AVX2 and AVX-512 tiers' matmul ([`Weight::for_matmul`]).
     pub packed: Option<Arc<Packed>>,
     /// A dense weight rounded to bf16 for the bf16 compute mode ([`Weight::for_matmul`]).
     pub bf16: Option<Arc<PackedBf16>>,
@@ -124,7 +124,7 @@ impl Weight {
     }
 
     /// This weight made ready for [`crate::matmul::matmul`] on the tier in use: quantized
-    /// weights are repacked for the AVX-512 tier ([`crate::packed`]; the same bytes per weight
+    /// weights are repacked for the AVX2 and AVX-512 tiers ([`crate::packed`]; the same bytes per weight
     /// but for Q2_K's byte-wide integer scales). The original bytes stay for row lookups (a tied
     /// embedding); mapped pages read while packing are handed back to the page cache. In the
     /// bf16 compute mode ([`crate::bf16_matmul::set_dense_compute`]) dense weights are rounded
@@ -137,7 +137,7 @@ impl Weight {
             }
             return self;
         }
-        if crate::isa::tier() != crate::isa::Tier::Avx512 || self.packed.is_some() {
+        if !crate::packed::packs_for(crate::isa::tier()) || self.packed.is_some() {
             return self;
         }
         self.packed = Packed::pack(&self).map(Arc::new);
