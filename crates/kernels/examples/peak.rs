@@ -2,8 +2,10 @@
 //! kernels are built on — `vpdpwssd` (the packed int16 kernels: 32 multiply-adds each),
 //! `vpdpbusd` (their int8 mode, `--activation-bits 8`: 64 each) and
 //! `vfmadd231ps` on zmm and ymm (the float kernels), `vdpbf16ps` (the bf16 mode: 32 bf16
-//! multiply-adds) — sixteen independent chains each, so that throughput, not latency, bounds them; and the clock, from a chain of dependent `imul`s (three
-//! cycles each). Pairs with `membw` (the bandwidth roof): a kernel's roof is the larger of its
+//! multiply-adds), sixteen independent chains each; on AVX2, `vpmaddwd` ymm alone and with the
+//! `vpaddd` that accumulates it (the AVX2 packed kernels' dot: 16 multiply-adds a pair), 14 and 6
+//! independent chains — so that throughput, not latency, bounds them; and the clock, from a
+//! chain of dependent `imul`s (three cycles each). Pairs with `membw` (the bandwidth roof): a kernel's roof is the larger of its
 //! bytes over bandwidth and its instructions over these rates.
 //!
 //! `cargo run --release -p vllm-rs-kernels --example peak -- [THREADS]` (default 1; with more,
