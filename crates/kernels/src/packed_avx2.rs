@@ -65,7 +65,11 @@ unsafe fn expand_one<const F: usize>(p: *const u8, h: usize, t: usize) -> __m256
         let (mut v, mut at) = (_mm256_setzero_si256(), 0);
         if matches!(bits, 4..=6) {
             let z = _mm256_cvtepu8_epi16(load16(p.add(32 * (t / 2) + 16 * h)));
-            v = if t.is_multiple_of(2) { _mm256_and_si256(z, _mm256_set1_epi16(0x0F)) } else { _mm256_srli_epi16::<4>(z) };
+            v = if t.is_multiple_of(2) {
+                _mm256_and_si256(z, _mm256_set1_epi16(0x0F))
+            } else {
+                _mm256_srli_epi16::<4>(z)
+            };
             at = 16 * STEP;
         }
         if matches!(bits, 2 | 3 | 6) {
