@@ -62,6 +62,29 @@ impl Scales {
     }
 }
 
+/// `$body` with `$F` bound, as a constant, to the format index `$index` ([`FORMATS`]): the
+/// kernels are compiled once per format, and a runtime index picks one.
+#[rustfmt::skip]
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_format {
+    ($index:expr, $F:ident => $body:expr) => {
+        match $index {
+            0 => { const $F: usize = 0; $body }
+            1 => { const $F: usize = 1; $body }
+            2 => { const $F: usize = 2; $body }
+            3 => { const $F: usize = 3; $body }
+            4 => { const $F: usize = 4; $body }
+            5 => { const $F: usize = 5; $body }
+            6 => { const $F: usize = 6; $body }
+            7 => { const $F: usize = 7; $body }
+            8 => { const $F: usize = 8; $body }
+            _ => { const $F: usize = 9; $body }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use by_format;
+
 /// Whether quantized weights are packed for the kernels of `tier` ([`crate::packed_avx512`],
 /// [`crate::packed_avx2`]).
 pub fn packs_for(tier: Tier) -> bool {
@@ -339,7 +362,6 @@ struct Scratch {
 pub struct ActChunks {
     m: usize,
     k: usize,
-    pub bits: ActBits,
     /// Words are int8 quads (the AVX-512 kernels with int8 activations), else int16 pairs.
     pub quads: bool,
     q: Vec<u32>,
@@ -379,7 +401,7 @@ impl ActChunks {
         use crate::pool::Rows;
         let (m, k) = (a.m, a.k);
         let avx512 = tier == Tier::Avx512;
-        (self.m, self.k, self.bits, self.quads) = (m, k, a.bits, avx512 && a.bits == ActBits::Int8);
+        (self.m, self.k, self.quads) = (m, k, avx512 && a.bits == ActBits::Int8);
         let (words, int8) = (k / self.per_word(), self.quads);
         self.q.resize(m * words, 0);
         for (((d, dsum), sum), per) in self.d.iter_mut().zip(&mut self.dsum).zip(&mut self.sum).zip([k / 32, k / 16]) {

@@ -15,31 +15,12 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::packed::{ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, step_bytes};
+use crate::packed::{ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, step_bytes};
 use crate::qpanel::group_of;
 use std::arch::x86_64::*;
 
 /// Rows in a half block: the 32-bit lanes of a 256-bit vector.
 const HALF: usize = LANES / 2;
-
-/// `$body` with `$F` bound, as a constant, to the format index `$index` ([`FORMATS`]).
-#[rustfmt::skip]
-macro_rules! by_format {
-    ($index:expr, $F:ident => $body:expr) => {
-        match $index {
-            0 => { const $F: usize = 0; $body }
-            1 => { const $F: usize = 1; $body }
-            2 => { const $F: usize = 2; $body }
-            3 => { const $F: usize = 3; $body }
-            4 => { const $F: usize = 4; $body }
-            5 => { const $F: usize = 5; $body }
-            6 => { const $F: usize = 6; $body }
-            7 => { const $F: usize = 7; $body }
-            8 => { const $F: usize = 8; $body }
-            _ => { const $F: usize = 9; $body }
-        }
-    };
-}
 
 /// 16 bytes at `p`.
 #[inline]
