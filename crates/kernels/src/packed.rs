@@ -572,6 +572,17 @@ thread_local! {
     static PAIRS8: std::cell::RefCell<Vec<u32>> = Default::default();
 }
 
+/// Fetches `len` bytes of block `a` of `p` from offset `from`, as far as the block goes.
+/// (Offsets are multiples of a share worked out once: divisions per group cost as much as a
+/// group's dots at one row.)
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn fetch_part(p: &Packed, a: usize, from: usize, len: usize) {
+    let bytes = p.layout.block_bytes;
+    let from = from.min(bytes);
+    crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), len.min(bytes - from));
+}
+
 /// A run's units against all activation rows, in blocks of activation rows that stay in L2
 /// while every unit's weights (in L1) are dotted with them. The next unit's blocks (the other
 /// two bands), or after the last one unit `then` (of the thread's next run), are fetched
@@ -598,7 +609,7 @@ fn run_units(
             match tier {
                 _ if n == 0 => {}
                 Tier::Avx512 => unsafe { crate::packed_avx512::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) },
-                _ => unsafe { crate::packed_avx2::block_rows(p, (b, n), a, xs.clone(), out.get()) },
+                _ => unsafe { crate::packed_avx2::block_rows(p, (b, n), ahead, a, xs.clone(), out.get()) },
             }
         }
     }

@@ -15,7 +15,9 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::packed::{ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, step_bytes};
+use crate::packed::{
+    ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, fetch_part, step_bytes,
+};
 use crate::qpanel::group_of;
 use std::arch::x86_64::*;
 
@@ -86,6 +88,67 @@ unsafe fn expand_one<const F: usize>(p: *const u8, h: usize, t: usize) -> __m256
     }
 }
 
+/// Vector `t` of both halves at once, as [`expand_one`] makes each: the step's bytes combined
+/// at byte width (both halves' 32 lanes in one vector, so a mask's fifth bits cost a few byte
+/// operations for 32 lanes, not 16-bit ones per half), widened last.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn expand_pair<const F: usize>(p: *const u8, t: usize) -> [__m256i; 2] {
+    let bits = FORMATS[F].1.bits;
+    // SAFETY: 32 bytes of the step at `q` (the caller).
+    let load32 = |q: *const u8| unsafe { _mm256_loadu_si256(q as *const __m256i) };
+    let low = |v: __m256i, m: i8| _mm256_and_si256(v, _mm256_set1_epi8(m));
+    // SAFETY: the step's bytes (the caller).
+    unsafe {
+        if bits == 8 {
+            return [_mm256_cvtepi8_epi16(load16(p.add(32 * t))), _mm256_cvtepi8_epi16(load16(p.add(32 * t + 16)))];
+        }
+        let (mut v, mut at) = (_mm256_setzero_si256(), 0);
+        if matches!(bits, 4..=6) {
+            // (16-bit shifts move bits across bytes; the masks take them off.)
+            let z = load32(p.add(32 * (t / 2)));
+            v = low(if t.is_multiple_of(2) { z } else { _mm256_srli_epi16::<4>(z) }, 0x0F);
+            at = 16 * STEP;
+        }
+        if matches!(bits, 2 | 3 | 6) {
+            let hb = load32(p.add(at));
+            v = if bits == 6 {
+                let hs = match t {
+                    0 => _mm256_slli_epi16::<4>(hb),
+                    1 => _mm256_slli_epi16::<2>(hb),
+                    2 => hb,
+                    _ => _mm256_srli_epi16::<2>(hb),
+                };
+                _mm256_or_si256(v, low(hs, 0x30))
+            } else {
+                let two = match t {
+                    0 => hb,
+                    1 => _mm256_srli_epi16::<2>(hb),
+                    2 => _mm256_srli_epi16::<4>(hb),
+                    _ => _mm256_srli_epi16::<6>(hb),
+                };
+                low(two, 3)
+            };
+            at += 32;
+        }
+        if matches!(bits, 3 | 5) {
+            // Byte i gets mask byte i / 8, keeps bit i % 8 (every other bit set), and is all ones
+            // where that bit was set.
+            let k = _mm256_set1_epi32((p.add(at + 4 * t) as *const i32).read_unaligned());
+            let spread = _mm256_shuffle_epi8(
+                k,
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                ),
+            );
+            let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFE);
+            let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+            v = _mm256_or_si256(v, low(set, if bits == 5 { 16 } else { 4 }));
+        }
+        [_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(v))]
+    }
+}
+
 /// Half `h`'s eight rows' `(vscale, mcoef)` of group `g` of the block at `blk`, as the scalar
 /// tier computes them.
 #[inline]
@@ -137,9 +200,23 @@ unsafe fn sums<const F: usize, const C: usize, const H: usize>(
         let xg = x.q.add(group / 2 * g * C);
         let at = blk.add(l.group_at(g) + l.header_bytes);
         for st in 0..group / 2 / STEP {
+            let at = at.add(st * step_bytes(FORMATS[F].1.bits));
+            if H == 2 {
+                // Both halves from one expansion, each broadcast serving both.
+                for j in 0..STEP {
+                    let w = expand_pair::<F>(at, j);
+                    for c in 0..C {
+                        let t = _mm256_set1_epi32(*xg.add((STEP * st + j) * C + c) as i32);
+                        for (s, w) in s.iter_mut().zip(w) {
+                            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(w, t));
+                        }
+                    }
+                }
+                continue;
+            }
             for (hi, s) in s.iter_mut().enumerate() {
                 for j in 0..STEP {
-                    let w = expand_one::<F>(at.add(st * step_bytes(FORMATS[F].1.bits)), h0 + hi, j);
+                    let w = expand_one::<F>(at, h0 + hi, j);
                     for (c, s) in s.iter_mut().enumerate() {
                         let t = _mm256_set1_epi32(*xg.add((STEP * st + j) * C + c) as i32);
                         *s = _mm256_add_epi32(*s, _mm256_madd_epi16(w, t));
@@ -151,8 +228,18 @@ unsafe fn sums<const F: usize, const C: usize, const H: usize>(
     }
 }
 
+/// Blocks to fetch while computing: `share` bytes of each of `blocks` per group, from `start`.
+#[derive(Clone, Copy)]
+struct Ahead<'a> {
+    blocks: Option<(&'a Packed, [usize; 2])>,
+    start: usize,
+    share: usize,
+}
+
 /// Halves `h0..h0 + H` of the block at `blk` against the chunk's `C` rows: the reference's
-/// chains, each row's accumulator carried through the groups in order.
+/// chains, each row's accumulator carried through the groups in order. Group `g` fetches its
+/// share of blocks `ahead` (one stream of weights left the core waiting on memory between its
+/// dots: Q4_0 decode at ~60 % of one core's DRAM speed).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn by_group<const F: usize, const C: usize, const H: usize>(
@@ -160,10 +247,14 @@ unsafe fn by_group<const F: usize, const C: usize, const H: usize>(
     l: &crate::packed::Layout,
     x: &ActChunk,
     h0: usize,
+    ahead: Ahead,
 ) -> [[__m256; C]; H] {
     let mins = FORMATS[F].1.scales.mins();
     let (mut acc, mut accm) = ([[_mm256_setzero_ps(); C]; H], [[_mm256_setzero_ps(); C]; H]);
     for g in 0..l.groups {
+        if let Some((q, blocks)) = ahead.blocks {
+            blocks.iter().for_each(|&a| fetch_part(q, a, ahead.start + g * ahead.share, ahead.share));
+        }
         // SAFETY: group g exists; the chunk has C rows with a scale and scaled sum per group.
         unsafe {
             let s = sums::<F, C, H>(blk, l, x, g, h0);
@@ -187,7 +278,7 @@ unsafe fn by_group<const F: usize, const C: usize, const H: usize>(
 /// Blocks `b` of `p` (the first `n` of them real) against activation rows `xs` of `a` (from a
 /// multiple of [`ACT_ROWS`], laid out as pairs), a chunk at a time: output row `i` gets block
 /// `b[k]`'s sixteen values at `out + i · p.rows + 16 · b[k]`, those at or past `p.rows` left
-/// alone.
+/// alone. Blocks `ahead` are fetched a share per group computed, over all chunks.
 ///
 /// # Safety
 /// The CPU must support AVX2/FMA/F16C; no other thread writes these outputs.
@@ -195,26 +286,31 @@ unsafe fn by_group<const F: usize, const C: usize, const H: usize>(
 pub unsafe fn block_rows(
     p: &Packed,
     (b, n): ([usize; 2], usize),
+    ahead: Option<(&Packed, [usize; 2])>,
     a: &ActChunks,
     xs: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: as vouched by the caller.
-    unsafe { by_format!(p.index, F => block_rows_f::<F>(p, (b, n), a, xs, out)) }
+    unsafe { by_format!(p.index, F => block_rows_f::<F>(p, (b, n), ahead, a, xs, out)) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_rows_f<const F: usize>(
     p: &Packed,
     (b, n): ([usize; 2], usize),
+    ahead: Option<(&Packed, [usize; 2])>,
     a: &ActChunks,
     xs: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     let (l, group) = (&p.layout, group_of(FORMATS[F].0));
-    for &bk in &b[..n] {
+    // (One division per call: per group it would cost as much as the group's dots.)
+    let passes = xs.len().div_ceil(ACT_ROWS);
+    let share = ahead.map_or(0, |(q, _)| q.layout.block_bytes.div_ceil(n * passes * l.groups));
+    for (k, &bk) in b[..n].iter().enumerate() {
         let blk = p.block(bk).as_ptr();
-        for c0 in xs.clone().step_by(ACT_ROWS) {
+        for (pass, c0) in xs.clone().step_by(ACT_ROWS).enumerate() {
             let x = a.chunk(c0, group);
             // Stores half h's results of the chunk's rows (lanes at or past p.rows left alone).
             let store = |h: usize, i: usize, v: __m256| {
@@ -234,8 +330,12 @@ unsafe fn block_rows_f<const F: usize>(
             macro_rules! go {
                 ($C:literal, $H:literal) => {{
                     for h0 in (0..2).step_by($H) {
+                        // (The second half's pass fetches nothing.)
+                        let blocks = ahead.filter(|_| h0 == 0);
+                        let start = (k * passes + pass) * l.groups * share;
+                        let ahead = Ahead { blocks, start, share };
                         // SAFETY: block bk and its groups exist; the chunk has C rows.
-                        let r = unsafe { by_group::<F, $C, $H>(blk, l, &x, h0) };
+                        let r = unsafe { by_group::<F, $C, $H>(blk, l, &x, h0, ahead) };
                         for (hi, r) in r.iter().enumerate() {
                             r.iter().enumerate().for_each(|(i, v)| store(h0 + hi, i, *v));
                         }

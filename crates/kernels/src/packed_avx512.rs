@@ -16,7 +16,9 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use crate::packed::{ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, step_bytes};
+use crate::packed::{
+    ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, fetch_part, step_bytes,
+};
 use crate::qpanel::group_of;
 use std::arch::x86_64::*;
 
@@ -34,16 +36,6 @@ unsafe fn step<const F: usize>(at: *const u8) -> [__m512i; STEP] {
         }
     }
     v
-}
-
-/// Fetches `len` bytes of block `a` of `p` from offset `from`, as far as the block goes.
-/// (Offsets are multiples of a share worked out once: divisions per group cost as much as a
-/// group's dots at one row.)
-#[inline]
-fn fetch_part(p: &Packed, a: usize, from: usize, len: usize) {
-    let bytes = p.layout.block_bytes;
-    let from = from.min(bytes);
-    crate::matmul::x86::prefetch_lines(p.block(a)[from..].as_ptr(), len.min(bytes - from));
 }
 
 /// The sixteen rows' `(vscale, mcoef)` of group `g` of a block, as the scalar tier computes them.
