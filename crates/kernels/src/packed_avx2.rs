@@ -204,7 +204,12 @@ unsafe fn sums<const F: usize, const C: usize, const H: usize>(
             if H == 2 {
                 // Both halves from one expansion, each broadcast serving both.
                 for j in 0..STEP {
-                    let w = expand_pair::<F>(at, j);
+                    // (Masks pay for combining at byte width; other formats widen a half's bytes
+                    // in one instruction from memory, fewer than widening a combined vector.)
+                    let w = match FORMATS[F].1.bits {
+                        3 | 5 => expand_pair::<F>(at, j),
+                        _ => [expand_one::<F>(at, 0, j), expand_one::<F>(at, 1, j)],
+                    };
                     for c in 0..C {
                         let t = _mm256_set1_epi32(*xg.add((STEP * st + j) * C + c) as i32);
                         for (s, w) in s.iter_mut().zip(w) {
