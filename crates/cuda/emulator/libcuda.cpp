@@ -6,8 +6,10 @@
 // reference. It says nothing about the real hardware (memory model, speed, the driver's PTX
 // compiler): scripts/gpu_check.sh does that.
 //
-// Execution model: blocks one after another; the threads of a block as OS threads, with
-// barriers for __syncthreads (the block) and for __syncwarp and shuffles (each warp of 32).
+// Execution model: blocks one after another on the launching thread; the threads of a block as
+// fibers (ucontext), each run until it waits at a barrier (__syncthreads for the block,
+// __syncwarp and shuffles for each warp of 32), round robin. (OS threads per CUDA thread spent
+// nearly all their time yielding to each other: a launch took ~25 ms on two cores.)
 // Device memory is host memory: a CUdeviceptr is the address. Everything is synchronous.
 #include <atomic>
 #include <cmath>
@@ -20,7 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <ucontext.h>
 #include <utility>
 #include <vector>
 
@@ -33,7 +35,8 @@
 struct dim3e {
     unsigned x = 0, y = 0, z = 0;
 };
-static thread_local dim3e threadIdx, blockIdx;
+// The running fiber's (set by the scheduler before it resumes a fiber).
+static dim3e threadIdx, blockIdx;
 static dim3e blockDim, gridDim;
 struct int4 {
     int x, y, z, w;
@@ -62,24 +65,32 @@ inline unsigned short emu_f32_to_f16(float f) {
     return h;
 }
 
-// A reusable barrier that yields the processor while it waits: the threads of a launch far
-// outnumber the cores, and sleeping in the kernel at every shuffle costs more than yielding.
-class Barrier {
-  public:
-    explicit Barrier(unsigned n) : n_(n) {}
+// A thread of a block: its context and stack, and the barrier generation it waits to end.
+struct Fiber {
+    ucontext_t ctx;
+    std::unique_ptr<char[]> stack;
+    bool done = false;
+    const struct Barrier* waiting = nullptr;
+    unsigned gen = 0;
+};
+static ucontext_t scheduler;
+static Fiber* current;
+
+// A reusable barrier: a fiber that arrives waits (goes back to the scheduler) until the last of
+// the `n` arrives, which goes on.
+struct Barrier {
+    explicit Barrier(unsigned n) : n(n) {}
     void arrive_and_wait() {
-        unsigned gen = gen_.load(std::memory_order_acquire);
-        if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
-            count_.store(0, std::memory_order_relaxed);
-            gen_.fetch_add(1, std::memory_order_release);
+        if (++count == n) {
+            count = 0;
+            gen++;
             return;
         }
-        while (gen_.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+        current->waiting = this;
+        current->gen = gen;
+        swapcontext(&current->ctx, &scheduler);
     }
-
-  private:
-    unsigned n_;
-    std::atomic<unsigned> count_{0}, gen_{0};
+    unsigned n, count = 0, gen = 0;
 };
 
 struct Warp {
@@ -93,9 +104,9 @@ struct Block {
     Barrier bar;
     std::vector<std::unique_ptr<Warp>> warps;
 };
-static thread_local Block* tl_block;
-static thread_local Warp* tl_warp;
-static thread_local int tl_lane;
+static Block* tl_block;
+static Warp* tl_warp;
+static int tl_lane;
 
 inline void __syncthreads() { tl_block->bar.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { tl_warp->bar.arrive_and_wait(); }
@@ -158,32 +169,67 @@ static const std::map<std::string, Launcher>& kernels() {
     return m;
 }
 
-// One OS thread per thread of a block, created once per launch: each runs every block in
-// turn, and a barrier at the end of each block keeps the blocks apart (their shared memory is
-// the same statics).
-static void launch(const Launcher& k, dim3e grid, dim3e block, void** params) {
-    unsigned threads = block.x * block.y * block.z;
-    if (block.y != 1 || block.z != 1 || threads % 32 != 0) abort();  // what the kernels use
-    blockDim = block;
-    gridDim = grid;
-    Block b(threads);
-    std::vector<std::thread> ts;
+// What the fibers of a launch run.
+static const Launcher* running;
+static void** running_params;
+static void fiber_main() {
+    (*running)(running_params);
+    current->done = true;  // (uc_link goes back to the scheduler)
+}
+
+// Runs block `b`'s threads (`fibers`) round robin, each until it waits or ends. A pass in which
+// none can run is a deadlock (a barrier some thread never reaches): abort, as a hung GPU would.
+static void run_block(Block& b, std::vector<std::unique_ptr<Fiber>>& fibers, unsigned threads) {
+    static const size_t STACK = size_t(256) << 10;
     for (unsigned t = 0; t < threads; t++) {
-        ts.emplace_back([&, t] {
+        Fiber& f = *fibers[t];
+        if (!f.stack) f.stack.reset(new char[STACK]);
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.get();
+        f.ctx.uc_stack.ss_size = STACK;
+        f.ctx.uc_link = &scheduler;
+        makecontext(&f.ctx, fiber_main, 0);
+        f.done = false;
+        f.waiting = nullptr;
+    }
+    for (unsigned live = threads; live > 0;) {
+        bool ran = false;
+        for (unsigned t = 0; t < threads; t++) {
+            Fiber& f = *fibers[t];
+            if (f.done || (f.waiting && f.waiting->gen == f.gen)) continue;
+            f.waiting = nullptr;
+            current = &f;
             tl_block = &b;
             tl_warp = b.warps[t / 32].get();
             tl_lane = (int)(t % 32);
             threadIdx = {t, 0, 0};
-            for (unsigned bz = 0; bz < grid.z; bz++)
-                for (unsigned by = 0; by < grid.y; by++)
-                    for (unsigned bx = 0; bx < grid.x; bx++) {
-                        blockIdx = {bx, by, bz};
-                        k(params);
-                        b.bar.arrive_and_wait();
-                    }
-        });
+            swapcontext(&scheduler, &f.ctx);
+            live -= f.done;
+            ran = true;
+        }
+        if (!ran) abort();
     }
-    for (auto& t : ts) t.join();
+}
+
+// One launch at a time (shared memory is the kernels' statics), its blocks one after another.
+static void launch(const Launcher& k, dim3e grid, dim3e block, void** params) {
+    static std::mutex one_at_a_time;
+    static std::vector<std::unique_ptr<Fiber>> fibers;
+    std::lock_guard<std::mutex> g(one_at_a_time);
+    unsigned threads = block.x * block.y * block.z;
+    if (block.y != 1 || block.z != 1 || threads % 32 != 0) abort();  // what the kernels use
+    blockDim = block;
+    gridDim = grid;
+    running = &k;
+    running_params = params;
+    while (fibers.size() < threads) fibers.push_back(std::make_unique<Fiber>());
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx = {bx, by, bz};
+                Block b(threads);
+                run_block(b, fibers, threads);
+            }
 }
 
 // ------------------------------------------------------------------ the driver API

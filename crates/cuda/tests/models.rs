@@ -20,7 +20,7 @@ use vllm_rs_kernels::backend::Cpu;
 use vllm_rs_kernels::isa::Tier;
 use vllm_rs_testutil::{golden, test_data};
 
-/// Tokens decoded per prompt: the goldens' first 8 (the emulator runs ~40 launches a second).
+/// Tokens decoded per prompt: the goldens' first 8 (the emulator runs ~100 launches a second).
 const STEPS: usize = 8;
 
 /// The backend on the first GPU, once per test binary; `None` (said once) without a GPU.
