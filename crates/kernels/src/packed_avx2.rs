@@ -88,63 +88,46 @@ unsafe fn expand_one<const F: usize>(p: *const u8, h: usize, t: usize) -> __m256
     }
 }
 
-/// Vector `t` of both halves at once, as [`expand_one`] makes each: the step's bytes combined
-/// at byte width (both halves' 32 lanes in one vector, so a mask's fifth bits cost a few byte
-/// operations for 32 lanes, not 16-bit ones per half), widened last.
+/// Vector `t` of both halves at once, as [`expand_one`] makes each, for the formats with a mask
+/// (3 and 5 bits): the step's bytes combined at byte width (both halves' 32 lanes in one
+/// vector, so the mask costs a few byte operations for 32 lanes, not five 16-bit ones per
+/// half), widened last.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn expand_pair<const F: usize>(p: *const u8, t: usize) -> [__m256i; 2] {
     let bits = FORMATS[F].1.bits;
+    debug_assert!(matches!(bits, 3 | 5));
     // SAFETY: 32 bytes of the step at `q` (the caller).
     let load32 = |q: *const u8| unsafe { _mm256_loadu_si256(q as *const __m256i) };
     let low = |v: __m256i, m: i8| _mm256_and_si256(v, _mm256_set1_epi8(m));
     // SAFETY: the step's bytes (the caller).
     unsafe {
-        if bits == 8 {
-            return [_mm256_cvtepi8_epi16(load16(p.add(32 * t))), _mm256_cvtepi8_epi16(load16(p.add(32 * t + 16)))];
-        }
-        let (mut v, mut at) = (_mm256_setzero_si256(), 0);
-        if matches!(bits, 4..=6) {
+        let (v, at) = if bits == 5 {
             // (16-bit shifts move bits across bytes; the masks take them off.)
             let z = load32(p.add(32 * (t / 2)));
-            v = low(if t.is_multiple_of(2) { z } else { _mm256_srli_epi16::<4>(z) }, 0x0F);
-            at = 16 * STEP;
-        }
-        if matches!(bits, 2 | 3 | 6) {
-            let hb = load32(p.add(at));
-            v = if bits == 6 {
-                let hs = match t {
-                    0 => _mm256_slli_epi16::<4>(hb),
-                    1 => _mm256_slli_epi16::<2>(hb),
-                    2 => hb,
-                    _ => _mm256_srli_epi16::<2>(hb),
-                };
-                _mm256_or_si256(v, low(hs, 0x30))
-            } else {
-                let two = match t {
-                    0 => hb,
-                    1 => _mm256_srli_epi16::<2>(hb),
-                    2 => _mm256_srli_epi16::<4>(hb),
-                    _ => _mm256_srli_epi16::<6>(hb),
-                };
-                low(two, 3)
+            (low(if t.is_multiple_of(2) { z } else { _mm256_srli_epi16::<4>(z) }, 0x0F), 16 * STEP)
+        } else {
+            let hb = load32(p);
+            let two = match t {
+                0 => hb,
+                1 => _mm256_srli_epi16::<2>(hb),
+                2 => _mm256_srli_epi16::<4>(hb),
+                _ => _mm256_srli_epi16::<6>(hb),
             };
-            at += 32;
-        }
-        if matches!(bits, 3 | 5) {
-            // Byte i gets mask byte i / 8, keeps bit i % 8 (every other bit set), and is all ones
-            // where that bit was set.
-            let k = _mm256_set1_epi32((p.add(at + 4 * t) as *const i32).read_unaligned());
-            let spread = _mm256_shuffle_epi8(
-                k,
-                _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-                ),
-            );
-            let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFE);
-            let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-            v = _mm256_or_si256(v, low(set, if bits == 5 { 16 } else { 4 }));
-        }
+            (low(two, 3), 32)
+        };
+        // Byte i gets mask byte i / 8, keeps bit i % 8 (every other bit set), and is all ones
+        // where that bit was set.
+        let k = _mm256_set1_epi32((p.add(at + 4 * t) as *const i32).read_unaligned());
+        let spread = _mm256_shuffle_epi8(
+            k,
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+            ),
+        );
+        let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFE);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+        let v = _mm256_or_si256(v, low(set, if bits == 5 { 16 } else { 4 }));
         [_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(v))]
     }
 }
