@@ -9,10 +9,11 @@
 //! rejected are recomputed, accepted ones are kept.
 
 use crate::draft_round::Round;
+use crate::draft_vocab::{DraftVocab, RequestIds};
 use std::collections::HashMap;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
-use vllm_rs_models::{Model, Workspace};
+use vllm_rs_models::{ForwardInput, Model, Workspace};
 
 /// What the draft cache holds for one request.
 #[derive(Default)]
@@ -21,6 +22,8 @@ struct DraftState {
     computed: usize,
     /// Draft tokens fed at positions `computed..` (valid as far as they match the real tokens).
     fed: Vec<u32>,
+    /// What the cut head knows of the request ([`DraftVocab::note`]).
+    ids: RequestIds,
 }
 
 /// One request to propose for: its tokens so far, its block table, and at most how many drafts.
@@ -43,6 +46,8 @@ pub struct Drafter {
     /// At most this many of the requests' tokens a proposal catches up on (the step's token
     /// budget): a long prompt comes in over several steps, each as large as a prefill chunk.
     max_catch_up: usize,
+    /// The head cut to its first ids, where that pays ([`Drafter::cut_head`]).
+    vocab: Option<DraftVocab>,
 }
 
 impl Drafter {
@@ -61,7 +66,21 @@ impl Drafter {
         let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let ws = Workspace::default();
         let (logits, states, max_catch_up) = (Vec::new(), HashMap::new(), max_catch_up.max(1));
-        Drafter { model, kv, ws, logits, k, states, bits, max_catch_up }
+        Drafter { model, kv, ws, logits, k, states, bits, max_catch_up, vocab: None }
+    }
+
+    /// Scores only the head's first `rows` ids and each request's own ids past them
+    /// ([`DraftVocab`]), where the vocabulary is large enough for that to pay; 0: the whole head.
+    pub fn cut_head(mut self, rows: usize) -> Self {
+        self.vocab = DraftVocab::new(self.model.as_ref(), rows);
+        if let Some(v) = &self.vocab {
+            tracing::info!(
+                "draft model: the head scores the first {} of {} ids and each request's own rarer ids",
+                v.rows(),
+                self.model.info().vocab_size
+            );
+        }
+        self
     }
 
     /// Forgets what the cache holds for a request (new, or resumed with new blocks).
@@ -84,6 +103,9 @@ impl Drafter {
         for (j, job) in jobs.iter().enumerate().filter(|(_, job)| job.limit > 0) {
             let st = self.states.entry(job.request_id.to_string()).or_default();
             let len = job.tokens.len();
+            if let Some(v) = &self.vocab {
+                v.note(job.tokens, &mut st.ids);
+            }
             let start = st.computed.min(len);
             let matched = st.fed.iter().zip(&job.tokens[start..]).take_while(|(a, b)| a == b).count();
             let valid = (start + matched).min(len - 1);
@@ -98,12 +120,20 @@ impl Drafter {
                 (st.computed, st.fed) = (valid + rows, Vec::new());
             }
         }
+        // Per job, the ids past the cut its drafts may take (`None`: the whole head).
+        let extras: Vec<Option<Vec<u32>>> = match self.vocab {
+            Some(_) => jobs
+                .iter()
+                .map(|j| self.states.get(j.request_id).and_then(|s| s.ids.extras()).map(<[u32]>::to_vec))
+                .collect(),
+            None => Vec::new(),
+        };
         let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
         for r in 0..width {
             if round.is_empty() {
                 break;
             }
-            let next = self.run(&round, jobs);
+            let next = self.run(&round, jobs, &extras);
             let mut following = Round::default();
             for ((seq, _), tok) in round.drafting().zip(next) {
                 let j = seq.job;
@@ -124,14 +154,26 @@ impl Drafter {
         drafts
     }
 
-    /// One draft forward over the round; the argmax token of each request's last row.
-    fn run(&mut self, round: &Round, jobs: &[DraftJob]) -> Vec<u32> {
+    /// One draft forward over the round; the argmax token of each request's last row. Where
+    /// the head is cut, over the cut head and the job's `extras`, or the whole head where those
+    /// are `None` ([`DraftVocab::argmax`]).
+    fn run(&mut self, round: &Round, jobs: &[DraftJob], extras: &[Option<Vec<u32>>]) -> Vec<u32> {
         let batch = round.batch(|j| jobs[j].block_table);
-        with_activation_bits(self.bits, || {
-            self.model.forward_with(&batch, &mut self.kv, &mut self.ws, &mut self.logits)
-        });
+        let Drafter { model, kv, ws, logits, vocab, bits, .. } = self;
         let mut next = Vec::new();
-        self.ws.backend.argmax_rows(&self.logits, self.model.info().vocab_size, &mut next);
+        with_activation_bits(*bits, || match vocab {
+            None => {
+                model.forward_with(&batch, kv, ws, logits);
+                ws.backend.argmax_rows(logits, model.info().vocab_size, &mut next);
+            }
+            Some(v) => {
+                let be = ws.backend;
+                let hidden = model.forward(ForwardInput::TokenIds(batch.input_ids), &batch, kv, ws);
+                let picks: Vec<(usize, Option<&[u32]>)> =
+                    round.drafting().map(|(s, row)| (row, extras[s.job].as_deref())).collect();
+                v.argmax(be, hidden, &picks, &mut next);
+            }
+        });
         next
     }
 }

@@ -54,6 +54,9 @@ pub struct EngineConfig {
     /// proposes ([`crate::draft_round::drafter_bits`]); tests that need the drafter to compute
     /// exactly as the target set the target's.
     pub draft_activation_bits: Option<ActBits>,
+    /// A draft model's head scores its first this many ids and each request's own rarer ids
+    /// ([`crate::draft_vocab::DraftVocab`]); 0: the whole head.
+    pub draft_head_rows: usize,
 }
 
 impl EngineConfig {
@@ -79,6 +82,7 @@ impl EngineConfig {
             num_state_snapshots: 64,
             mamba_block_size: 256,
             draft_activation_bits: None,
+            draft_head_rows: crate::draft_vocab::DRAFT_HEAD_ROWS,
         }
     }
 }
@@ -271,7 +275,8 @@ impl EngineCore {
             let proposer = match draft {
                 DraftWeights::Model(m) => {
                     let budget = config.max_num_batched_tokens;
-                    Proposer::Model(Box::new(Drafter::new(m, k, blocks, bs, dtype, bits, budget)))
+                    let drafter = Drafter::new(m, k, blocks, bs, dtype, bits, budget);
+                    Proposer::Model(Box::new(drafter.cut_head(config.draft_head_rows)))
                 }
                 DraftWeights::Head(h) => Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype, bits))),
             };

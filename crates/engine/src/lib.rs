@@ -2,6 +2,7 @@
 
 pub mod draft_model;
 pub mod draft_round;
+pub mod draft_vocab;
 pub mod engine_core;
 pub mod handle;
 pub mod head_drafter;

@@ -3,28 +3,35 @@
 //! token budget that cuts drafts), drafts really are accepted (else this would test nothing),
 //! rejected drafts leave no trace (every block returns), and logprobs come one per token.
 
+use vllm_rs_engine::draft_model::{DraftJob, Drafter};
 use vllm_rs_engine::{
-    DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, FinishReason, SamplingParams, SpeculativeConfig,
+    DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, FinishReason, KvDtype, SamplingParams,
+    SpeculativeConfig,
 };
 use vllm_rs_kernels::quant_act::ActBits;
 use vllm_rs_testutil::{gguf_path, golden, hf_dir};
 
 fn engine(spec: Option<&str>, budget: usize) -> EngineCore {
-    engine_with(spec, budget, None, 1024 / 16 * 40, None)
+    engine_with(spec, budget, None, 1024 / 16 * 40, |_| {})
 }
 
-/// The SmolLM2 GGUF as target; `draft`: a model file/folder for `draft_model`, its activations
-/// `draft_bits` (`None`: the engine's choice, int8 where that is faster).
+/// The draft computes exactly as the target (not the int8 a drafter takes where that is faster).
+fn exact_draft(cfg: &mut EngineConfig) {
+    cfg.draft_activation_bits = Some(ActBits::Int16);
+}
+
+/// The SmolLM2 GGUF as target; `draft`: a model file/folder for `draft_model`; `tune`: any other
+/// setting.
 fn engine_with(
     spec: Option<&str>,
     budget: usize,
     draft: Option<&std::path::Path>,
     blocks: usize,
-    draft_bits: Option<ActBits>,
+    tune: impl FnOnce(&mut EngineConfig),
 ) -> EngineCore {
     let lm = vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads");
     let mut cfg = EngineConfig::new(1024, blocks);
-    cfg.draft_activation_bits = draft_bits;
+    tune(&mut cfg);
     cfg.max_num_batched_tokens = budget;
     cfg.speculative_config = spec.map(|s| SpeculativeConfig::parse(s).unwrap());
     let draft = draft.map(|d| vllm_rs_models::load(d).expect("draft loads").model);
@@ -139,7 +146,7 @@ fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
     // A budget of 24 tokens a step: the draft catches up on each prompt over several steps.
     for budget in [2048, 24] {
         let draft = Some(gguf_path("smollm2"));
-        let mut core = engine_with(Some(spec), budget, draft.as_deref(), 1024 / 16 * 40, Some(ActBits::Int16));
+        let mut core = engine_with(Some(spec), budget, draft.as_deref(), 1024 / 16 * 40, exact_draft);
         let got = run(&mut core, &prompts, 4, true);
         for (g, w) in got.iter().zip(&want) {
             assert_eq!(g.token_ids, w.token_ids, "budget {budget}");
@@ -154,6 +161,39 @@ fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
     }
 }
 
+/// A draft head cut to its first 256 ids ([`vllm_rs_engine::draft_vocab`]) proposes what the
+/// whole head proposes wherever that is among them or among the request's own tokens, and
+/// differs only where it is not; on the real SmolLM2, after each of the last 48 tokens of the
+/// doubled prompts (in their second halves), as decode feeds them (most of SmolLM2's ids lie past 256, so the request's
+/// own ids do the work).
+#[test]
+fn a_cut_draft_head_proposes_as_the_whole_head_within_its_ids() {
+    let prompts = prompts();
+    let blocks = prompts.iter().map(Vec::len).max().unwrap() / 16 + 2;
+    let drafter = |cut: usize| {
+        let model = vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads").model;
+        Drafter::new(model, 4, blocks, 16, KvDtype::F32, ActBits::Int16, 4096).cut_head(cut)
+    };
+    let (mut whole, mut cut) = (drafter(0), drafter(256));
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let (mut own, mut differ) = (0, 0);
+    for (i, p) in prompts.iter().enumerate() {
+        for len in p.len() - (p.len() / 2).min(48)..=p.len() {
+            let job = [DraftJob { request_id: &i.to_string(), tokens: &p[..len], block_table: &table, limit: 4 }];
+            let (w, c) = (&whole.propose(&job)[0], &cut.propose(&job)[0]);
+            let n = w.iter().zip(c).take_while(|(a, b)| a == b).count();
+            own += w[..n].iter().filter(|&&t| t >= 256).count();
+            if n < w.len() {
+                differ += 1;
+                assert!(w[n] >= 256 && !p[..len].contains(&w[n]), "prompt {i}, {len} tokens: {w:?} but {c:?}");
+            }
+        }
+    }
+    eprintln!("{own} drafts past the cut from the requests' own ids; {differ} proposals differ");
+    assert!(own > 50, "the requests' own ids are proposed");
+    assert!(differ > 0, "the cut is in effect");
+}
+
 /// A prompt's first token comes out before the draft model's pass over the prompt (which
 /// would delay it): the drafts come when the next step starts, and a request that ends in
 /// between gets none. Later steps end with their drafts.
@@ -161,7 +201,7 @@ fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
 fn a_step_returns_its_tokens_before_the_draft_model_runs() {
     let prompts = prompts();
     let spec = r#"{"model": "self", "num_speculative_tokens": 3}"#;
-    let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40, Some(ActBits::Int16));
+    let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40, exact_draft);
     for i in 0..2 {
         core.add_request(request(&prompts, i, false)).unwrap();
     }
@@ -189,7 +229,7 @@ fn a_different_draft_model_keeps_greedy_output_exact_under_preemption() {
     let prompts = prompts();
     let want = run(&mut engine(None, 2048), &prompts, 32, false);
     let spec = r#"{"method": "draft_model", "model": "smollm2-bf16", "num_speculative_tokens": 4}"#;
-    let mut core = engine_with(Some(spec), 96, Some(&hf_dir("smollm2")), 80, None);
+    let mut core = engine_with(Some(spec), 96, Some(&hf_dir("smollm2")), 80, |_| {});
     let got = run(&mut core, &prompts, 32, false);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.token_ids, w.token_ids, "request {i}");

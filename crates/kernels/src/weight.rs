@@ -147,6 +147,18 @@ impl Weight {
         self
     }
 
+    /// The first `n` rows as a weight of their own, sharing this one's bytes (not made ready
+    /// for the matmuls: call [`Weight::for_matmul`]).
+    pub fn first_rows(&self, n: usize) -> Weight {
+        assert!(n <= self.rows, "{n} rows of {}", self.rows);
+        let len = n * self.row_bytes();
+        let storage = match &self.storage {
+            Storage::Mapped(m, r) => Storage::Mapped(m.clone(), r.start..r.start + len),
+            Storage::Owned(v) => Storage::Owned(Arc::new(v[..len].to_vec())),
+        };
+        Weight::new(self.ty, n, self.cols, storage).expect("whole rows fit the shape")
+    }
+
     pub fn row_bytes(&self) -> usize {
         self.cols / self.ty.block_size() * self.ty.type_size()
     }

@@ -131,7 +131,9 @@ pub trait Model: Send + Sync {
         None
     }
 
-    /// The output head (an EAGLE-1 head shares it).
+    /// The output head (an EAGLE-1 head shares it). [`Model::compute_logits`] must be an
+    /// increasing function of each `hidden · row` (a positive scale, a soft-cap), so that a
+    /// greedy draft may score a part of the head alone (the engine's `DraftVocab`).
     fn lm_head(&self) -> Option<&Weight> {
         None
     }
