@@ -11,7 +11,10 @@
 # excluded, as llama-server's `predicted_per_second` excludes its draft's prompt pass), and the
 # request's wall time; then the medians. Token counts come from the stream's usage
 # (`continuous_usage_stats`). Env: N (output tokens, default 384), THREADS (2), VLLM_RS (default
-# target/release/vllm-rs), VLLM_RS_ARGS (more serve flags for both modes), PORT (8095).
+# target/release/vllm-rs), VLLM_RS_ARGS (more serve flags for both modes), PORT (8095), TASKS
+# ("code chat"), PROMPT_LINES (the code prompt's file cut to that many lines: shorter rounds).
+# With VLLM_RS_B set, both modes speculate: "a" runs VLLM_RS, "b" VLLM_RS_B (an A/B of two
+# builds, alternating as the modes do).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO/scripts/wait_healthy.sh"
@@ -26,23 +29,27 @@ VLLM_RS=${VLLM_RS:-$REPO/target/release/vllm-rs}
 OUT=$(mktemp -d)
 PID=
 trap 'kill "$PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT
-python3 "$REPO/scripts/spec_prompts.py" "$OUT"
+python3 "$REPO/scripts/spec_prompts.py" "$OUT" ${PROMPT_LINES:-}
+MODES=(off on)
+[ -n "${VLLM_RS_B:-}" ] && MODES=(a b)
 echo "model $MODEL, spec $SPEC, $THREADS threads, N=$N, $ROUNDS rounds;" \
   "cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for r in $(seq 1 "$ROUNDS"); do
-  for mode in $([ $((r % 2)) -eq 1 ] && echo "off on" || echo "on off"); do
+  for mode in $([ $((r % 2)) -eq 1 ] && echo "${MODES[0]} ${MODES[1]}" || echo "${MODES[1]} ${MODES[0]}"); do
     args=(--log-level warn serve "$MODEL" --port "$PORT" --threads "$THREADS" --max-model-len 8192
       --no-enable-prefix-caching)
-    [ "$mode" = on ] && args+=(--speculative-config "$SPEC")
+    [ "$mode" != off ] && args+=(--speculative-config "$SPEC")
     # shellcheck disable=SC2206 # flags, split as words
     args+=(${VLLM_RS_ARGS:-})
-    "$VLLM_RS" "${args[@]}" >"$OUT/server-$mode.log" 2>&1 &
+    bin=$VLLM_RS
+    [ "$mode" = b ] && bin=$VLLM_RS_B
+    "$bin" "${args[@]}" >"$OUT/server-$mode.log" 2>&1 &
     PID=$!
     wait_healthy "$PORT" "$OUT/server-$mode.log"
-    python3 - "$OUT" "$PORT" "$N" "$mode" "$r" >>"$OUT/results" <<'PYEOF'
+    python3 - "$OUT" "$PORT" "$N" "$mode" "$r" ${TASKS:-code chat} >>"$OUT/results" <<'PYEOF'
 import json, sys, time, urllib.request
 out, port, n, mode, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-for task in ["code", "chat"]:
+for task in sys.argv[6:]:
     body = {"messages": [{"role": "user", "content": open(f"{out}/{task}.txt").read()}], "max_tokens": n,
             "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -70,15 +77,16 @@ PYEOF
     kill "$PID"; wait "$PID" 2>/dev/null || true
   done
 done
-python3 - "$OUT/results" <<'PYEOF'
+python3 - "$OUT/results" "${MODES[@]}" ${TASKS:-code chat} <<'PYEOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
+first, second = sys.argv[2], sys.argv[3]
 def med(task, mode, key):
     return statistics.median(r[key] for r in rows if r["task"] == task and r["mode"] == mode)
-for task in ["code", "chat"]:
+for task in sys.argv[4:]:
     parts = []
     for key, unit in [("ttft", "s"), ("gap", "s"), ("after_first", "tok/s"), ("after_second", "tok/s"), ("wall", "s")]:
-        off, on = med(task, "off", key), med(task, "on", key)
+        off, on = med(task, first, key), med(task, second, key)
         parts.append(f"{key} {off:.2f} -> {on:.2f} {unit} ({on / off:.2f}x)")
     print(f"{task}: " + ", ".join(parts))
 PYEOF
