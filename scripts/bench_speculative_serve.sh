@@ -13,8 +13,9 @@
 # (`continuous_usage_stats`). Env: N (output tokens, default 384), THREADS (2), VLLM_RS (default
 # target/release/vllm-rs), VLLM_RS_ARGS (more serve flags for both modes), PORT (8095), TASKS
 # ("code chat"), PROMPT_LINES (the code prompt's file cut to that many lines: shorter rounds).
-# With VLLM_RS_B set, both modes speculate: "a" runs VLLM_RS, "b" VLLM_RS_B (an A/B of two
-# builds, alternating as the modes do).
+# With VLLM_RS_B or SPEC_B set, both modes speculate: "a" runs VLLM_RS with SPEC_JSON, "b"
+# VLLM_RS_B (default VLLM_RS) with SPEC_B (default SPEC_JSON): an A/B of two builds or two
+# configs, alternating as the modes do.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO/scripts/wait_healthy.sh"
@@ -31,18 +32,21 @@ PID=
 trap 'kill "$PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT
 python3 "$REPO/scripts/spec_prompts.py" "$OUT" ${PROMPT_LINES:-}
 MODES=(off on)
-[ -n "${VLLM_RS_B:-}" ] && MODES=(a b)
-echo "model $MODEL, spec $SPEC, $THREADS threads, N=$N, $ROUNDS rounds;" \
+[ -n "${VLLM_RS_B:-}${SPEC_B:-}" ] && MODES=(a b)
+echo "model $MODEL, spec $SPEC${SPEC_B:+ (b: $SPEC_B)}, $THREADS threads, N=$N, $ROUNDS rounds;" \
   "cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for mode in $([ $((r % 2)) -eq 1 ] && echo "${MODES[0]} ${MODES[1]}" || echo "${MODES[1]} ${MODES[0]}"); do
     args=(--log-level warn serve "$MODEL" --port "$PORT" --threads "$THREADS" --max-model-len 8192
       --no-enable-prefix-caching)
-    [ "$mode" != off ] && args+=(--speculative-config "$SPEC")
+    case $mode in
+      on | a) args+=(--speculative-config "$SPEC") ;;
+      b) args+=(--speculative-config "${SPEC_B:-$SPEC}") ;;
+    esac
     # shellcheck disable=SC2206 # flags, split as words
     args+=(${VLLM_RS_ARGS:-})
     bin=$VLLM_RS
-    [ "$mode" = b ] && bin=$VLLM_RS_B
+    [ "$mode" = b ] && bin=${VLLM_RS_B:-$VLLM_RS}
     "$bin" "${args[@]}" >"$OUT/server-$mode.log" 2>&1 &
     PID=$!
     wait_healthy "$PORT" "$OUT/server-$mode.log"

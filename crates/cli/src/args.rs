@@ -75,6 +75,9 @@ pub struct EngineArgs {
     /// output keeps its distribution.
     /// `disable_by_batch_size: N` proposes no drafts while more than N requests run (default 4,
     /// where drafts stop paying on a CPU; `null` drafts at any batch size, as vLLM does).
+    /// `draft_p_min: P` (draft_model only; llama.cpp's --draft-p-min, not a vLLM key): a
+    /// request's drafts stop before the first token the draft gives a probability under P
+    /// (default 0.75; 0 always drafts num_speculative_tokens, as vLLM does).
     #[arg(long, value_parser = SpeculativeConfig::parse)]
     pub speculative_config: Option<SpeculativeConfig>,
 

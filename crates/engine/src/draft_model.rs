@@ -9,7 +9,7 @@
 //! rejected are recomputed, accepted ones are kept.
 
 use crate::draft_round::Round;
-use crate::draft_vocab::{DraftVocab, RequestIds};
+use crate::draft_vocab::{DraftVocab, RequestIds, top_probability};
 use std::collections::HashMap;
 use vllm_rs_kernels::attention::{KvCache, KvDtype};
 use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
@@ -48,6 +48,9 @@ pub struct Drafter {
     max_catch_up: usize,
     /// The head cut to its first ids, where that pays ([`Drafter::cut_head`]).
     vocab: Option<DraftVocab>,
+    /// A request stops drafting at a token the draft gives a smaller probability than this
+    /// ([`Drafter::stop_below`]).
+    p_min: f32,
 }
 
 impl Drafter {
@@ -66,7 +69,7 @@ impl Drafter {
         let kv = model.info().contiguous_kv_cache(num_blocks, block_size, dtype, 0);
         let ws = Workspace::default();
         let (logits, states, max_catch_up) = (Vec::new(), HashMap::new(), max_catch_up.max(1));
-        Drafter { model, kv, ws, logits, k, states, bits, max_catch_up, vocab: None }
+        Drafter { model, kv, ws, logits, k, states, bits, max_catch_up, vocab: None, p_min: 0.0 }
     }
 
     /// Scores only the head's first `rows` ids and each request's own ids past them
@@ -80,6 +83,14 @@ impl Drafter {
                 self.model.info().vocab_size
             );
         }
+        self
+    }
+
+    /// A request's drafts stop before the first token the draft gives a probability under
+    /// `p_min` (llama.cpp's `--draft-p-min`): such a draft is mostly rejected, and each one costs
+    /// a draft step and a verified row. 0: always `k` drafts, as vLLM drafts.
+    pub fn stop_below(mut self, p_min: f32) -> Self {
+        self.p_min = p_min;
         self
     }
 
@@ -129,14 +140,20 @@ impl Drafter {
             None => Vec::new(),
         };
         let width = self.k.min(jobs.iter().map(|j| j.limit).max().unwrap_or(0));
+        // Jobs whose last round's token fell under `p_min`: every draft they kept was fed.
+        let mut unsure = vec![false; jobs.len()];
         for r in 0..width {
             if round.is_empty() {
                 break;
             }
             let next = self.run(&round, jobs, &extras);
             let mut following = Round::default();
-            for ((seq, _), tok) in round.drafting().zip(next) {
+            for ((seq, _), (tok, p)) in round.drafting().zip(next) {
                 let j = seq.job;
+                if p < self.p_min {
+                    unsure[j] = true;
+                    continue;
+                }
                 drafts[j].push(tok);
                 if drafts[j].len() < self.k.min(jobs[j].limit) && r + 1 < width {
                     following.push(j, &[tok], seq.seq_len, jobs[j].block_table, self.kv.block_size, true);
@@ -144,34 +161,43 @@ impl Drafter {
             }
             round = following;
         }
-        for (job, d) in jobs.iter().zip(&drafts) {
-            if let Some(st) = self.states.get_mut(job.request_id).filter(|_| !d.is_empty()) {
-                // The real tokens are in; every draft but the last was fed after them.
+        for ((job, d), unsure) in jobs.iter().zip(&drafts).zip(unsure) {
+            if let Some(st) = self.states.get_mut(job.request_id).filter(|_| unsure || !d.is_empty()) {
+                // The real tokens are in, and every kept draft after them but the last (all of
+                // them where the next was unsure).
                 st.computed = job.tokens.len();
-                st.fed = d[..d.len() - 1].to_vec();
+                st.fed = d[..d.len() - usize::from(!unsure)].to_vec();
             }
         }
         drafts
     }
 
-    /// One draft forward over the round; the argmax token of each request's last row. Where
-    /// the head is cut, over the cut head and the job's `extras`, or the whole head where those
-    /// are `None` ([`DraftVocab::argmax`]).
-    fn run(&mut self, round: &Round, jobs: &[DraftJob], extras: &[Option<Vec<u32>>]) -> Vec<u32> {
+    /// One draft forward over the round; the argmax token of each request's last row and, where
+    /// drafts stop below a probability, the draft's probability of it (else 1). Where the head is
+    /// cut, over the cut head and the job's `extras`, or the whole head where those are `None`
+    /// ([`DraftVocab::argmax`]).
+    fn run(&mut self, round: &Round, jobs: &[DraftJob], extras: &[Option<Vec<u32>>]) -> Vec<(u32, f32)> {
         let batch = round.batch(|j| jobs[j].block_table);
-        let Drafter { model, kv, ws, logits, vocab, bits, .. } = self;
+        let Drafter { model, kv, ws, logits, vocab, bits, p_min, .. } = self;
+        let confidence = *p_min > 0.0;
         let mut next = Vec::new();
         with_activation_bits(*bits, || match vocab {
             None => {
                 model.forward_with(&batch, kv, ws, logits);
-                ws.backend.argmax_rows(logits, model.info().vocab_size, &mut next);
+                let (n, mut ids) = (model.info().vocab_size, Vec::new());
+                ws.backend.argmax_rows(logits, n, &mut ids);
+                next = ids
+                    .iter()
+                    .zip(logits.chunks_exact_mut(n))
+                    .map(|(&t, row)| (t, confidence.then(|| top_probability(row, t)).unwrap_or(1.0)))
+                    .collect();
             }
             Some(v) => {
                 let be = ws.backend;
                 let hidden = model.forward(ForwardInput::TokenIds(batch.input_ids), &batch, kv, ws);
                 let picks: Vec<(usize, Option<&[u32]>)> =
                     round.drafting().map(|(s, row)| (row, extras[s.job].as_deref())).collect();
-                v.argmax(be, hidden, &picks, &mut next);
+                v.argmax(be, hidden, &picks, confidence, &mut next);
             }
         });
         next

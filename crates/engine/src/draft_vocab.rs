@@ -108,47 +108,78 @@ impl DraftVocab {
     /// The best id for each `(row, extras)` of `picks` (a row index into `hidden`, final hidden
     /// states `tokens × cols`, and the ids past the cut its request may take): the largest dot
     /// product over the cut head and `extras` (the earlier on ties), or over the whole head
-    /// where `extras` is `None`.
-    pub fn argmax(&mut self, be: &dyn Backend, hidden: &[f32], picks: &[(usize, Option<&[u32]>)], out: &mut Vec<u32>) {
+    /// where `extras` is `None`. Into `out` as `(id, p)`, where `p` is, if `confidence`, the id's
+    /// probability under the softmax of the dot products it was chosen from (a model that
+    /// scales or caps its logits would give it another one; a draft's confidence needs no more),
+    /// else 1.
+    pub fn argmax(
+        &mut self,
+        be: &dyn Backend,
+        hidden: &[f32],
+        picks: &[(usize, Option<&[u32]>)],
+        confidence: bool,
+        out: &mut Vec<(u32, f32)>,
+    ) {
         out.clear();
-        out.resize(picks.len(), 0);
+        out.resize(picks.len(), (0, 1.0));
         let (cut, whole): (Vec<usize>, Vec<usize>) = (0..picks.len()).partition(|&i| picks[i].1.is_some());
         let mut got = Vec::new();
-        // The cut rows last: `self.hidden` keeps them for the rare ids.
-        for (part, head) in [(&whole, &self.full), (&cut, &self.head)] {
+        for (part, is_cut) in [(&whole, false), (&cut, true)] {
             if part.is_empty() {
                 continue;
             }
-            let rows: Vec<usize> = part.iter().map(|&i| picks[i].0).collect();
+            let head = if is_cut { &self.head } else { &self.full };
+            let (vocab, rows): (usize, Vec<usize>) = (head.rows, part.iter().map(|&i| picks[i].0).collect());
             gather_rows(hidden, head.cols, &rows, &mut self.hidden);
-            self.logits.resize(rows.len() * head.rows, 0.0);
+            self.logits.resize(rows.len() * vocab, 0.0);
             be.matmul(&self.hidden, rows.len(), head, &mut self.logits);
-            be.argmax_rows(&self.logits, head.rows, &mut got);
-            part.iter().zip(&got).for_each(|(&i, &t)| out[i] = t);
-        }
-        for (n, &i) in cut.iter().enumerate() {
-            self.rare_argmax(be, n, picks[i].1.unwrap_or_default(), &mut out[i]);
+            be.argmax_rows(&self.logits, vocab, &mut got);
+            for (n, (&i, &t)) in part.iter().zip(&got).enumerate() {
+                out[i] = (
+                    t,
+                    if confidence { top_probability(&mut self.logits[n * vocab..(n + 1) * vocab], t) } else { 1.0 },
+                );
+                if let Some(ids) = picks[i].1 {
+                    self.rare_argmax(be, n, ids, confidence, &mut out[i]);
+                }
+            }
         }
     }
 
-    /// Raises `best` (the cut head's argmax for the `n`-th cut row) to the id of `ids` with a
-    /// larger dot product, if any (all compared as f32 dot products of dequantized rows).
-    fn rare_argmax(&mut self, be: &dyn Backend, n: usize, ids: &[u32], best: &mut u32) {
+    /// Raises `best` (the cut head's argmax for the `n`-th gathered row, and its probability
+    /// over the cut) to the id of `ids` with a larger dot product, if any (all compared as f32
+    /// dot products of dequantized rows); if `confidence`, the probability becomes one over the
+    /// cut and `ids` together.
+    fn rare_argmax(&mut self, be: &dyn Backend, n: usize, ids: &[u32], confidence: bool, best: &mut (u32, f32)) {
         if ids.is_empty() {
             return;
         }
         let cols = self.head.cols;
         let x = &self.hidden[n * cols..(n + 1) * cols];
         let dot = |w: &[f32]| -> f32 { x.iter().zip(w).map(|(a, b)| a * b).sum() };
-        be.embedding(&self.full, &[*best], 1.0, &mut self.rare);
-        let mut top = dot(&self.rare);
+        be.embedding(&self.full, &[best.0], 1.0, &mut self.rare);
+        let base = dot(&self.rare);
+        let (mut top, mut pick) = (base, None);
+        // Each rare id's share, relative to the cut's: e^(d - base) times the cut pick's.
+        let (p_cut, mut total) = (best.1, 1.0f32);
         be.embedding(&self.full, ids, 1.0, &mut self.rare);
         for (&id, w) in ids.iter().zip(self.rare.chunks_exact(cols)) {
-            if dot(w) > top {
-                (top, *best) = (dot(w), id);
+            let d = dot(w);
+            let share = if confidence { p_cut * (d - base).min(80.0).exp() } else { 0.0 };
+            total += share;
+            if d > top {
+                (top, pick) = (d, Some((id, share)));
             }
         }
+        let (id, share) = pick.unwrap_or((best.0, p_cut));
+        *best = (id, if confidence { share / total } else { 1.0 });
     }
+}
+
+/// The probability of id `t` under the softmax of `scores` (which it overwrites).
+pub fn top_probability(scores: &mut [f32], t: u32) -> f32 {
+    vllm_rs_kernels::ops::softmax(scores);
+    scores[t as usize]
 }
 
 #[cfg(test)]
@@ -217,11 +248,27 @@ mod tests {
         let extras: [&[u32]; 3] = [&[450, 599], &[450], &[]];
         let picks = [(0, Some(extras[0])), (2, Some(extras[1])), (1, None), (0, Some(extras[2])), (0, None)];
         let mut out = vec![];
-        v.argmax(vllm_rs_kernels::backend::default(), &hidden, &picks, &mut out);
+        v.argmax(vllm_rs_kernels::backend::default(), &hidden, &picks, false, &mut out);
+        let out: Vec<u32> = out.iter().map(|p| p.0).collect();
         let whole: Vec<u32> = (0..vocab as u32).collect();
         let expected = [want(0, extras[0]), want(2, extras[1]), want(1, &whole[cut..]), want(0, extras[2]), 500];
         assert_eq!(out, expected, "None: the whole head");
         assert_eq!(out[0], 450, "500 scores more but was not noted");
         assert!((out[3] as usize) < cut);
+        // With confidence: each pick's softmax probability over the ids it was chosen from.
+        let mut with_p = vec![];
+        v.argmax(vllm_rs_kernels::backend::default(), &hidden, &picks, true, &mut with_p);
+        for (&(r, extra), &(id, p)) in picks.iter().zip(&with_p) {
+            let x = &hidden[r * cols..(r + 1) * cols];
+            let dot = |id: u32| -> f64 { x.iter().zip(&w[id as usize * cols..]).map(|(a, b)| (a * b) as f64).sum() };
+            let ids: Vec<u32> = match extra {
+                Some(e) => (0..cut as u32).chain(e.iter().copied()).collect(),
+                None => whole.clone(),
+            };
+            let top = ids.iter().map(|&i| dot(i)).fold(f64::MIN, f64::max);
+            let want = (dot(id) - top).exp() / ids.iter().map(|&i| (dot(i) - top).exp()).sum::<f64>();
+            assert!((p as f64 - want).abs() < 1e-4 * want.max(1e-3), "row {r}: p {p}, want {want}");
+        }
+        assert_eq!(with_p.iter().map(|p| p.0).collect::<Vec<_>>(), out, "the same picks");
     }
 }

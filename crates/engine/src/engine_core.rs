@@ -276,7 +276,8 @@ impl EngineCore {
                 DraftWeights::Model(m) => {
                     let budget = config.max_num_batched_tokens;
                     let drafter = Drafter::new(m, k, blocks, bs, dtype, bits, budget);
-                    Proposer::Model(Box::new(drafter.cut_head(config.draft_head_rows)))
+                    let drafter = drafter.cut_head(config.draft_head_rows).stop_below(c.draft_p_min());
+                    Proposer::Model(Box::new(drafter))
                 }
                 DraftWeights::Head(h) => Proposer::Head(Box::new(HeadDrafter::new(h, k, blocks, bs, dtype, bits))),
             };

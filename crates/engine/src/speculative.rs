@@ -36,7 +36,16 @@ pub struct SpeculativeConfig {
     /// at 4, 0.85x at 8); `null` keeps drafting at any batch size (vLLM's default).
     #[serde(default = "four")]
     pub disable_by_batch_size: Option<usize>,
+    /// `draft_model` only, and not a vLLM key: a request's drafts stop before the first token
+    /// the draft gives a probability under this (llama.cpp's `--draft-p-min`), since such drafts
+    /// are mostly rejected and each costs a draft step and a verified row. Absent:
+    /// [`DEFAULT_DRAFT_P_MIN`]; 0: always `num_speculative_tokens` drafts, as vLLM drafts.
+    #[serde(default)]
+    pub draft_p_min: Option<f32>,
 }
+
+/// The draft model's `draft_p_min` when none is given (llama.cpp's default).
+pub const DEFAULT_DRAFT_P_MIN: f32 = 0.75;
 
 fn four() -> Option<usize> {
     Some(4)
@@ -78,7 +87,11 @@ impl SpeculativeConfig {
             for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
                 let (k, v) = pair.split_once('=').ok_or_else(|| format!("{pair:?} is not key=value"))?;
                 let v = v.trim();
-                let value = v.parse::<u64>().map(serde_json::Value::from).unwrap_or_else(|_| v.into());
+                let value = match (v.parse::<u64>(), v.parse::<f64>()) {
+                    (Ok(n), _) => n.into(),
+                    (_, Ok(x)) => x.into(),
+                    _ => v.into(),
+                };
                 map.insert(k.trim().to_string(), value);
             }
             map.into()
@@ -121,6 +134,15 @@ impl SpeculativeConfig {
                 self.num_speculative_tokens
             ));
         }
+        match self.draft_p_min {
+            Some(_) if !self.is_draft_model() => {
+                return Err(format!("draft_p_min applies to method \"draft_model\" only, not {:?}", self.method));
+            }
+            Some(p) if !(0.0..=1.0).contains(&p) => {
+                return Err(format!("draft_p_min must be between 0 and 1, got {p}"));
+            }
+            _ => {}
+        }
         if self.prompt_lookup_min == 0 || self.prompt_lookup_min > self.prompt_lookup_max {
             return Err(format!(
                 "need 1 <= prompt_lookup_min ({}) <= prompt_lookup_max ({})",
@@ -128,6 +150,11 @@ impl SpeculativeConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The probability under which a draft model's drafts stop ([`SpeculativeConfig::draft_p_min`]).
+    pub fn draft_p_min(&self) -> f32 {
+        self.draft_p_min.unwrap_or(DEFAULT_DRAFT_P_MIN)
     }
 
     pub fn is_draft_model(&self) -> bool {
@@ -214,6 +241,11 @@ mod tests {
         );
         let d = SpeculativeConfig::parse(r#"{"model": "qwen05", "num_speculative_tokens": 3}"#).unwrap();
         assert!(d.is_draft_model() && d.model.as_deref() == Some("qwen05"));
+        assert_eq!(d.draft_p_min(), DEFAULT_DRAFT_P_MIN);
+        let d = SpeculativeConfig::parse("model=qwen05,num_speculative_tokens=3,draft_p_min=0").unwrap();
+        assert_eq!(d.draft_p_min(), 0.0);
+        let d = SpeculativeConfig::parse("model=qwen05,num_speculative_tokens=3,draft_p_min=0.5").unwrap();
+        assert_eq!(d.draft_p_min(), 0.5);
         let m = SpeculativeConfig::parse("method=deepseek_mtp,num_speculative_tokens=2").unwrap();
         assert!(m.is_mtp() && m.has_weights() && m.model.is_none());
         for (bad, says) in [
@@ -228,6 +260,8 @@ mod tests {
             (r#"{"method": "ngram", "model": "m", "num_speculative_tokens": 2}"#, "takes no model"),
             (r#"{"num_speculative_tokens": 2}"#, "give \"method\""),
             (r#"{"method": "ngram", "num_speculative_tokens": 2, "colour": 1}"#, "unknown field"),
+            (r#"{"method": "ngram", "num_speculative_tokens": 2, "draft_p_min": 0.5}"#, "draft_model\" only"),
+            (r#"{"model": "m", "num_speculative_tokens": 2, "draft_p_min": 1.5}"#, "between 0 and 1"),
             (
                 r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}"#,
                 "<=",

@@ -142,23 +142,103 @@ fn no_drafts_above_the_batch_size_cut() {
 fn a_draft_model_identical_to_the_target_gets_every_draft_accepted() {
     let prompts = prompts();
     let want = run(&mut engine(None, 2048), &prompts, 4, true);
-    let spec = r#"{"model": "self", "num_speculative_tokens": 3}"#;
-    // A budget of 24 tokens a step: the draft catches up on each prompt over several steps.
-    for budget in [2048, 24] {
-        let draft = Some(gguf_path("smollm2"));
-        let mut core = engine_with(Some(spec), budget, draft.as_deref(), 1024 / 16 * 40, exact_draft);
-        let got = run(&mut core, &prompts, 4, true);
-        for (g, w) in got.iter().zip(&want) {
-            assert_eq!(g.token_ids, w.token_ids, "budget {budget}");
-            assert_eq!(g.logprobs.len(), w.token_ids.len());
+    // Always 3 drafts, then drafts that stop at an unsure token (the default `draft_p_min`):
+    // the draft's cache must stay right either way, or its drafts would differ from the target.
+    let mut counts = Vec::new();
+    for spec in [
+        r#"{"model": "self", "num_speculative_tokens": 3, "draft_p_min": 0}"#,
+        r#"{"model": "self", "num_speculative_tokens": 3}"#,
+    ] {
+        // A budget of 24 tokens a step: the draft catches up on each prompt over several steps.
+        for budget in [2048, 24] {
+            let draft = Some(gguf_path("smollm2"));
+            let mut core = engine_with(Some(spec), budget, draft.as_deref(), 1024 / 16 * 40, exact_draft);
+            let got = run(&mut core, &prompts, 4, true);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.token_ids, w.token_ids, "{spec}, budget {budget}");
+                assert_eq!(g.logprobs.len(), w.token_ids.len());
+            }
+            let s = &core.stats;
+            let drafted = s.spec_decode_num_draft_tokens;
+            eprintln!("{spec}, budget {budget}: {drafted} draft tokens");
+            assert!(drafted > 30, "{drafted} draft tokens");
+            assert_eq!(s.spec_decode_num_accepted_tokens, drafted, "{spec}, budget {budget}: all accepted");
+            counts.push(drafted);
+            let pool = &core.scheduler.kv.pool;
+            assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
         }
-        let s = &core.stats;
-        eprintln!("budget {budget}: {} draft tokens", s.spec_decode_num_draft_tokens);
-        assert!(s.spec_decode_num_draft_tokens > 60, "{} draft tokens", s.spec_decode_num_draft_tokens);
-        assert_eq!(s.spec_decode_num_accepted_tokens, s.spec_decode_num_draft_tokens, "budget {budget}: all accepted");
-        let pool = &core.scheduler.kv.pool;
-        assert_eq!(pool.num_free_blocks(), pool.num_blocks(), "every block returned");
     }
+    assert!(counts[2] < counts[0] && counts[3] < counts[1], "draft_p_min stops drafts: {counts:?}");
+}
+
+/// With `draft_p_min`, a request's drafts are the ones it gets without, up to (not including)
+/// the first that the draft gives a probability under it; checked against the draft's
+/// probabilities from a plain forward pass over the prompt and the drafts, on the real SmolLM2
+/// with its whole head.
+#[test]
+fn drafts_stop_before_the_first_token_under_draft_p_min() {
+    let (prompts, p_min) = (prompts(), 0.75);
+    let blocks = prompts.iter().map(Vec::len).max().unwrap() / 16 + 2;
+    let load = || vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads").model;
+    let drafter = |p: f32| Drafter::new(load(), 4, blocks, 16, KvDtype::F32, ActBits::Int16, 4096).stop_below(p);
+    let (mut all, mut sure, reference) = (drafter(0.0), drafter(p_min), load());
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let (mut stops, mut full) = (0, 0);
+    for (i, p) in prompts.iter().enumerate() {
+        for len in p.len() - (p.len() / 2).min(24)..=p.len() {
+            let job = [DraftJob { request_id: &i.to_string(), tokens: &p[..len], block_table: &table, limit: 4 }];
+            let (a, s) = (all.propose(&job)[0].clone(), sure.propose(&job)[0].clone());
+            assert_eq!(s[..], a[..s.len()], "prompt {i}, {len} tokens: a prefix of the drafts without p_min");
+            let probs = with_int16(|| draft_probabilities(reference.as_ref(), &[&p[..len], &a].concat(), len));
+            // Tokens within 1e-3 of p_min could fall on either side through rounding.
+            let sure_of =
+                |m: usize| (probs[m] > p_min + 1e-3).then_some(true).or((probs[m] < p_min - 1e-3).then_some(false));
+            for m in 0..s.len() {
+                assert_ne!(sure_of(m), Some(false), "prompt {i}, {len} tokens: draft {m} at p {}", probs[m]);
+            }
+            if s.len() < a.len() {
+                assert_ne!(sure_of(s.len()), Some(true), "prompt {i}, {len}: stopped at p {}", probs[s.len()]);
+                stops += 1;
+            } else {
+                full += 1;
+            }
+        }
+    }
+    eprintln!("{stops} proposals stopped early, {full} full");
+    assert!(stops > 0 && full > 0, "both cases: {stops} stopped, {full} full");
+}
+
+fn with_int16<T>(f: impl FnOnce() -> T) -> T {
+    vllm_rs_kernels::quant_act::with_activation_bits(ActBits::Int16, f)
+}
+
+/// The probability `model` gives each of `ids[from..]` after the ids before it: one forward over
+/// all of `ids`, logits of rows `from - 1..`.
+fn draft_probabilities(model: &dyn vllm_rs_models::Model, ids: &[u32], from: usize) -> Vec<f32> {
+    use vllm_rs_kernels::attention::SeqAttention;
+    use vllm_rs_models::{ForwardBatch, GroupBatch, Workspace};
+    let bs = 16;
+    let table: Vec<u32> = (0..ids.len().div_ceil(bs) as u32).collect();
+    let mut kv = model.info().contiguous_kv_cache(table.len(), bs, KvDtype::F32, 0);
+    let (positions, slots): (Vec<u32>, Vec<usize>) = (0..ids.len()).map(|p| (p as u32, p)).unzip();
+    let rows: Vec<usize> = (from - 1..ids.len() - 1).collect();
+    let seq = SeqAttention { query_start: 0, query_len: ids.len(), seq_len: ids.len(), block_table: &table };
+    let batch = ForwardBatch {
+        input_ids: ids,
+        positions: &positions,
+        groups: vec![GroupBatch { slot_mapping: &slots, seqs: vec![seq] }],
+        logits_indices: &rows,
+        state_saves: &[],
+    };
+    let mut logits = Vec::new();
+    model.forward_with(&batch, &mut kv, &mut Workspace::default(), &mut logits);
+    let vocab = model.info().vocab_size;
+    let probs = logits.chunks_exact(vocab).zip(&ids[from..]).map(|(row, &t)| {
+        let top = row.iter().copied().fold(f32::MIN, f32::max);
+        let sum: f64 = row.iter().map(|&l| ((l - top) as f64).exp()).sum();
+        (((row[t as usize] - top) as f64).exp() / sum) as f32
+    });
+    probs.collect()
 }
 
 /// A draft head cut to its first 256 ids ([`vllm_rs_engine::draft_vocab`]) proposes what the
@@ -200,7 +280,7 @@ fn a_cut_draft_head_proposes_as_the_whole_head_within_its_ids() {
 #[test]
 fn a_step_returns_its_tokens_before_the_draft_model_runs() {
     let prompts = prompts();
-    let spec = r#"{"model": "self", "num_speculative_tokens": 3}"#;
+    let spec = r#"{"model": "self", "num_speculative_tokens": 3, "draft_p_min": 0}"#;
     let mut core = engine_with(Some(spec), 2048, Some(&gguf_path("smollm2")), 1024 / 16 * 40, exact_draft);
     for i in 0..2 {
         core.add_request(request(&prompts, i, false)).unwrap();
@@ -228,7 +308,8 @@ fn a_step_returns_its_tokens_before_the_draft_model_runs() {
 fn a_different_draft_model_keeps_greedy_output_exact_under_preemption() {
     let prompts = prompts();
     let want = run(&mut engine(None, 2048), &prompts, 32, false);
-    let spec = r#"{"method": "draft_model", "model": "smollm2-bf16", "num_speculative_tokens": 4}"#;
+    // Always 4 drafts: with `draft_p_min` this draft proposes only what the target accepts.
+    let spec = r#"{"method": "draft_model", "model": "smollm2-bf16", "num_speculative_tokens": 4, "draft_p_min": 0}"#;
     let mut core = engine_with(Some(spec), 96, Some(&hf_dir("smollm2")), 80, |_| {});
     let got = run(&mut core, &prompts, 32, false);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
