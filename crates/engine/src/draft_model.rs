@@ -189,7 +189,7 @@ impl Drafter {
                 next = ids
                     .iter()
                     .zip(logits.chunks_exact_mut(n))
-                    .map(|(&t, row)| (t, confidence.then(|| top_probability(row, t)).unwrap_or(1.0)))
+                    .map(|(&t, row)| (t, if confidence { top_probability(row, t) } else { 1.0 }))
                     .collect();
             }
             Some(v) => {

@@ -193,8 +193,8 @@ fn drafts_stop_before_the_first_token_under_draft_p_min() {
             // Tokens within 1e-3 of p_min could fall on either side through rounding.
             let sure_of =
                 |m: usize| (probs[m] > p_min + 1e-3).then_some(true).or((probs[m] < p_min - 1e-3).then_some(false));
-            for m in 0..s.len() {
-                assert_ne!(sure_of(m), Some(false), "prompt {i}, {len} tokens: draft {m} at p {}", probs[m]);
+            for (m, prob) in probs.iter().enumerate().take(s.len()) {
+                assert_ne!(sure_of(m), Some(false), "prompt {i}, {len} tokens: draft {m} at p {prob}");
             }
             if s.len() < a.len() {
                 assert_ne!(sure_of(s.len()), Some(true), "prompt {i}, {len}: stopped at p {}", probs[s.len()]);
