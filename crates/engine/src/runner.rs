@@ -398,16 +398,16 @@ impl ModelRunner {
                 r.prompt_logprobs = Some(std::mem::take(&mut state.prompt_logprobs));
                 state.prompt_logprobs_sent = true;
             }
-            // Constrained requests take no drafts: verifying them would need the grammar to
-            // check every draft first (vLLM's validate_tokens); one token a step is simpler.
-            if let Some(c) = spec.filter(|_| state.grammar.is_none()) {
+            // Constrained requests draft too: `verify` masks each row by the grammar after the
+            // tokens before it, and drafts the grammar refuses are cut before they are verified.
+            if let Some(c) = spec {
                 // Never past max_tokens or the context: the last token of either is the model's.
                 let left = state.params.max_tokens.saturating_sub(state.token_ids.len() - state.prompt_len);
                 let room = self.max_model_len.saturating_sub(state.token_ids.len());
                 let limit = left.min(room).saturating_sub(1);
                 match &self.drafter {
                     Some(_) => draft_jobs.push((si, limit)),
-                    None => r.spec_token_ids = c.propose(&state.token_ids, limit),
+                    None => r.spec_token_ids = allowed(state, c.propose(&state.token_ids, limit)),
                 }
             }
         }
@@ -480,8 +480,22 @@ impl ModelRunner {
                 head.propose(&self.workspace, &jobs)
             }
         };
-        pending.into_iter().map(|p| p.request_id).zip(drafts).collect()
+        let states = &mut self.states;
+        let cut = |(id, d): (String, Vec<u32>)| {
+            let d = allowed(states.get_mut(&id).expect("runner knows every request"), d);
+            (id, d)
+        };
+        pending.into_iter().map(|p| p.request_id).zip(drafts).map(cut).collect()
     }
+}
+
+/// `drafts` cut before the first one the request's grammar refuses, as vLLM validates them
+/// (a refused draft would be rejected by its row's mask, and the rows after it wasted).
+fn allowed(state: &mut RequestState, mut drafts: Vec<u32>) -> Vec<u32> {
+    if let Some(g) = &mut state.grammar {
+        drafts.truncate(g.valid_drafts(&drafts));
+    }
+    drafts
 }
 
 /// The KV cache group of the recurrent layers (a request's table there is its state slot);

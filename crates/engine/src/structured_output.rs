@@ -288,6 +288,18 @@ impl GrammarState {
         }
     }
 
+    /// How many of `drafts` in a row the grammar allows from here, without advancing past them
+    /// (vLLM's `validate_tokens`). Where this state cannot tell alone (a thinking budget, a
+    /// grammar waiting for the end of reasoning, a failed matcher), all of them: each verified
+    /// row is still masked after the tokens before it.
+    pub fn valid_drafts(&mut self, drafts: &[u32]) -> usize {
+        let unsure = self.failed || self.waiting_for.is_some() || self.thinking.is_some();
+        match &mut self.matcher {
+            Some(m) if !unsure => m.validate_tokens(drafts).unwrap_or(drafts.len()),
+            _ => drafts.len(),
+        }
+    }
+
     /// Advances past an accepted token.
     pub fn accept(&mut self, token: u32) {
         if let Some(t) = &mut self.thinking {

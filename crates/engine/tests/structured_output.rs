@@ -1,7 +1,8 @@
 //! Constrained decoding in the engine on a real model (SmolLM2 GGUF, its tokenizer.json from the
 //! HF directory): outputs follow the grammar and end with EOS only where it may end; a request's
 //! tokens are the same alone, in a batch, chunked and after forced preemption (its grammar state
-//! survives, following the tokens); logprobs are taken after the mask.
+//! survives, following the tokens); logprobs are taken after the mask; speculative drafts keep the
+//! tokens and only grammar-allowed drafts are verified.
 
 use std::sync::Arc;
 use vllm_rs_engine::structured_output::token_bytes_from_tokenizer_json;
@@ -115,15 +116,20 @@ fn a_thinking_budget_forces_the_end_marker() {
     let mut prompt = prompts(&vocab)[1].clone();
     prompt.push(start);
     let budget = ThinkingBudget { budget: 4, start, end, in_think: true, counted: 0 };
+    let ngram = r#"{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}"#;
     let run = |params: SamplingParams| {
-        let req = EngineRequest {
-            request_id: "t".into(),
+        let req = |spec: bool| EngineRequest {
+            request_id: format!("t{spec}"),
             prompt_token_ids: prompt.clone(),
-            params,
+            params: params.clone(),
             priority: 0,
             cache_salt: None,
         };
-        core(|_| {}).generate(vec![req]).unwrap().remove(0).token_ids
+        let plain = core(|_| {}).generate(vec![req(false)]).unwrap().remove(0).token_ids;
+        // With n-gram drafts (verified row by row under the budget and the grammar): the same.
+        let mut spec = core(|c| c.speculative_config = Some(SpeculativeConfig::parse(ngram).unwrap()));
+        assert_eq!(spec.generate(vec![req(true)]).unwrap().remove(0).token_ids, plain, "drafts changed the tokens");
+        plain
     };
     let free = run(SamplingParams { max_tokens: 12, ..SamplingParams::greedy() });
     let capped = run(SamplingParams { max_tokens: 12, thinking_budget: Some(budget), ..SamplingParams::greedy() });
@@ -146,4 +152,66 @@ fn a_thinking_budget_forces_the_end_marker() {
         text(&vocab, &out[5..]).chars().filter(char::is_ascii_digit).collect::<String>()
     );
     assert_eq!(out.last(), Some(&EOS), "{:?}", text(&vocab, &out[5..]));
+}
+
+/// Constrained requests speculate: with n-gram drafts and with a draft model their greedy
+/// tokens are the ones they get without drafts, drafts are accepted, and a draft the grammar
+/// refuses is cut before it is verified (vLLM's `validate_tokens`): every draft scheduled is
+/// one the grammar allows after the tokens so far, where the n-gram proposal itself was not
+/// always.
+#[test]
+fn constrained_requests_speculate_and_keep_their_tokens() {
+    use vllm_rs_engine::speculative::propose_ngram;
+    let vocab = vocab();
+    let by_bytes: std::collections::HashMap<&[u8], u32> =
+        vocab.iter().enumerate().map(|(i, b)| (b.as_slice(), i as u32)).collect();
+    let prompt: Vec<u32> =
+        "1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2,".bytes().map(|b| by_bytes[&[b][..]]).collect();
+    let compiler = GrammarCompiler::new(vocab.clone(), core(|_| {}).model().info().vocab_size, &[EOS]).unwrap();
+    let grammar = compiler.compile(&GrammarSpec::Regex("( [1-8],)+".into())).unwrap();
+    let max_tokens = 48;
+    let request = || EngineRequest {
+        request_id: "r".into(),
+        prompt_token_ids: prompt.clone(),
+        params: SamplingParams {
+            max_tokens,
+            ignore_eos: true,
+            grammar: Some(grammar.clone()),
+            ..SamplingParams::greedy()
+        },
+        priority: 0,
+        cache_salt: None,
+    };
+    let want = core(|_| {}).generate(vec![request()]).unwrap().remove(0).token_ids;
+    let ngram = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}"#;
+    let mut c = core(|c| c.speculative_config = Some(SpeculativeConfig::parse(ngram).unwrap()));
+    c.add_request(request()).unwrap();
+    let (mut got, mut cut) = (Vec::new(), 0);
+    while c.has_unfinished() {
+        c.step().iter().for_each(|o| got.extend(&o.new_token_ids));
+        let Some(r) = c.scheduler.request("r") else { break };
+        let mut g = grammar.start(None);
+        got.iter().for_each(|&t| g.accept(t));
+        let drafts = &r.spec_token_ids;
+        assert_eq!(g.valid_drafts(drafts), drafts.len(), "after {got:?}: a refused draft {drafts:?}");
+        let raw = propose_ngram(&[&prompt[..], &got].concat(), 4, 1, 4);
+        cut += usize::from(got.len() + raw.len() < max_tokens && raw.len() > drafts.len());
+    }
+    assert_eq!(got, want, "n-gram drafts changed the tokens");
+    let s = &c.stats;
+    eprintln!(
+        "n-gram: {} drafted, {} accepted, {cut} proposals cut",
+        s.spec_decode_num_draft_tokens, s.spec_decode_num_accepted_tokens
+    );
+    assert!(s.spec_decode_num_accepted_tokens > 0, "drafts are accepted");
+    assert!(cut > 0, "the grammar cut some proposal");
+    // A draft model (SmolLM2 in bf16, so not the target exactly): the same tokens.
+    let spec = r#"{"model": "smollm2-bf16", "num_speculative_tokens": 4, "draft_p_min": 0}"#;
+    let lm = vllm_rs_models::load(&gguf_path("smollm2")).expect("model loads");
+    let draft = vllm_rs_models::load(&hf_dir("smollm2")).expect("draft loads").model;
+    let mut cfg = EngineConfig::new(512, 512);
+    (cfg.eos_token_id, cfg.speculative_config) = (Some(EOS), Some(SpeculativeConfig::parse(spec).unwrap()));
+    let mut c = EngineCore::with_draft(lm.model, Some(DraftWeights::Model(draft)), cfg).expect("engine");
+    assert_eq!(c.generate(vec![request()]).unwrap().remove(0).token_ids, want, "a draft model changed the tokens");
+    assert!(c.stats.spec_decode_num_accepted_tokens > 0, "the draft model's drafts are accepted");
 }
