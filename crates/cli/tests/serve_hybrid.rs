@@ -72,9 +72,9 @@ fn a_bad_mamba_block_size_and_a_recurrent_draft_model_are_refused() {
 #[test]
 fn speculative_decoding_on_a_hybrid_model_keeps_the_greedy_text() {
     // Drafts from a tiny Llama of the same vocabulary: mostly rejected, so the recurrent state
-    // is rolled back on most steps.
+    // is rolled back on most steps (`draft_p_min` 0: a random draft is never sure of a token).
     let draft = vllm_rs_testutil::test_data("data/tiny/llama").to_string_lossy().into_owned();
-    let spec = json!({"model": draft, "num_speculative_tokens": 3}).to_string();
+    let spec = json!({"model": draft, "num_speculative_tokens": 3, "draft_p_min": 0}).to_string();
     let s = start(&["--speculative-config", &spec]);
     let plain = start(&[]);
     for seed in [1, 2] {
