@@ -87,9 +87,11 @@ impl SpeculativeConfig {
             for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
                 let (k, v) = pair.split_once('=').ok_or_else(|| format!("{pair:?} is not key=value"))?;
                 let v = v.trim();
+                // A non-finite float would become JSON null, read as "not given": keep it text,
+                // which the field's type then refuses.
                 let value = match (v.parse::<u64>(), v.parse::<f64>()) {
                     (Ok(n), _) => n.into(),
-                    (_, Ok(x)) => x.into(),
+                    (_, Ok(x)) if x.is_finite() => x.into(),
                     _ => v.into(),
                 };
                 map.insert(k.trim().to_string(), value);
@@ -267,6 +269,8 @@ mod tests {
                 "<=",
             ),
             ("method=ngram,num_speculative_tokens", "key=value"),
+            ("model=m,num_speculative_tokens=2,draft_p_min=nan", "invalid type"),
+            ("method=ngram,num_speculative_tokens=2,disable_by_batch_size=inf", "invalid type"),
             (r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 0}"#, "at least 1"),
         ] {
             let e = SpeculativeConfig::parse(bad).unwrap_err();
