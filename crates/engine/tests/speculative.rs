@@ -8,7 +8,8 @@ use vllm_rs_engine::{
     DraftWeights, EngineConfig, EngineCore, EngineRequest, FinalOutput, FinishReason, KvDtype, SamplingParams,
     SpeculativeConfig,
 };
-use vllm_rs_kernels::quant_act::ActBits;
+use vllm_rs_kernels::ops::log_softmax;
+use vllm_rs_kernels::quant_act::{ActBits, with_activation_bits};
 use vllm_rs_testutil::{gguf_path, golden, hf_dir};
 
 fn engine(spec: Option<&str>, budget: usize) -> EngineCore {
@@ -189,7 +190,8 @@ fn drafts_stop_before_the_first_token_under_draft_p_min() {
             let job = [DraftJob { request_id: &i.to_string(), tokens: &p[..len], block_table: &table, limit: 4 }];
             let (a, s) = (all.propose(&job)[0].clone(), sure.propose(&job)[0].clone());
             assert_eq!(s[..], a[..s.len()], "prompt {i}, {len} tokens: a prefix of the drafts without p_min");
-            let probs = with_int16(|| draft_probabilities(reference.as_ref(), &[&p[..len], &a].concat(), len));
+            let ids = [&p[..len], &a].concat();
+            let probs = with_activation_bits(ActBits::Int16, || draft_probabilities(reference.as_ref(), &ids, len));
             // Tokens within 1e-3 of p_min could fall on either side through rounding.
             let sure_of =
                 |m: usize| (probs[m] > p_min + 1e-3).then_some(true).or((probs[m] < p_min - 1e-3).then_some(false));
@@ -206,10 +208,6 @@ fn drafts_stop_before_the_first_token_under_draft_p_min() {
     }
     eprintln!("{stops} proposals stopped early, {full} full");
     assert!(stops > 0 && full > 0, "both cases: {stops} stopped, {full} full");
-}
-
-fn with_int16<T>(f: impl FnOnce() -> T) -> T {
-    vllm_rs_kernels::quant_act::with_activation_bits(ActBits::Int16, f)
 }
 
 /// The probability `model` gives each of `ids[from..]` after the ids before it: one forward over
@@ -233,12 +231,7 @@ fn draft_probabilities(model: &dyn vllm_rs_models::Model, ids: &[u32], from: usi
     let mut logits = Vec::new();
     model.forward_with(&batch, &mut kv, &mut Workspace::default(), &mut logits);
     let vocab = model.info().vocab_size;
-    let probs = logits.chunks_exact(vocab).zip(&ids[from..]).map(|(row, &t)| {
-        let top = row.iter().copied().fold(f32::MIN, f32::max);
-        let sum: f64 = row.iter().map(|&l| ((l - top) as f64).exp()).sum();
-        (((row[t as usize] - top) as f64).exp() / sum) as f32
-    });
-    probs.collect()
+    logits.chunks_exact(vocab).zip(&ids[from..]).map(|(row, &t)| log_softmax(row)[t as usize].exp()).collect()
 }
 
 /// A draft head cut to its first 256 ids ([`vllm_rs_engine::draft_vocab`]) proposes what the
