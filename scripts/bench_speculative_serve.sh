@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding as a client of `vllm-rs serve` sees it: the prompts of
 # scripts/spec_prompts.py (code editing, chat), greedy, one streamed request at a time, with and
-# without SPEC_JSON (default: n-gram), rounds alternating the two.
+# without SPEC_JSON (default: n-gram, k = 4, lookups as vLLM defaults them: 5 tokens), rounds
+# alternating the two.
 #
 #   scripts/bench_speculative_serve.sh MODEL [ROUNDS] [SPEC_JSON]
 #
@@ -21,7 +22,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO/scripts/wait_healthy.sh"
 MODEL=${1:?usage: bench_speculative_serve.sh MODEL [ROUNDS] [SPEC_JSON]}
 ROUNDS=${2:-3}
-SPEC=${3:-'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4}'}
+SPEC=${3:-'{"method": "ngram", "num_speculative_tokens": 4}'}
 N=${N:-384}
 THREADS=${THREADS:-2}
 PORT=${PORT:-8095}
