@@ -63,8 +63,9 @@ pub struct EngineArgs {
     /// Speculative decoding, as vLLM's flag takes it: JSON
     /// (`{"method": "ngram", "num_speculative_tokens": 4}`) or `key=value,...`. Methods: `ngram`
     /// (prompt lookup in the request's own tokens, suffixes of prompt_lookup_min to _max tokens;
-    /// as in vLLM, one of them alone sets both, and neither means 5: shorter lookups draft more
-    /// but mostly wrongly outside copied text, one-token ones cost free chat ~20 %; no extra
+    /// as in vLLM, one of them alone sets both, and neither means 5, which suits free text,
+    /// where one-token lookups draft mostly wrongly and cost chat ~20 %; answers that copy short
+    /// spans of the prompt, as a JSON extraction of names, gain more from 1 to 4; no extra
     /// weights), `draft_model` (`{"model": "DRAFT", "num_speculative_tokens": 4}`: a smaller
     /// model of the same family proposes greedily, with int8 activations where that is faster;
     /// it shares the target's KV block ids and takes its own share of the KV memory) and `mtp` (`{"method": "mtp",
