@@ -518,6 +518,26 @@ const fn q8_bias<const F: usize>() -> i32 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn quads<const F: usize>(at: *const u8) -> [__m512i; QUADS] {
+    let bits = FORMATS[F].1.bits;
+    if matches!(bits, 4 | 5) {
+        // Byte i of the step's half j holds element i of widened vectors 2j (low nibble) and
+        // 2j + 1 (high nibble), so quad vector j is the half widened, `z`, as `(z | z << 4) &
+        // 0x0F0F` (one ternary-logic op): three instructions where widening both and merging
+        // took five. Five bits: widened vector t's fifth bits, a 32-bit mask after the nibbles
+        // (`expand`), add 16 to its elements: the low bytes of the words for t = 2j, the high
+        // ones for 2j + 1.
+        // SAFETY: a whole step at `at` (the caller).
+        return std::array::from_fn(|j| unsafe {
+            let z = zext(at.add(32 * j));
+            let mut q = _mm512_ternarylogic_epi32::<0xA8>(z, _mm512_slli_epi16::<4>(z), _mm512_set1_epi16(0x0F0F));
+            if bits == 5 {
+                let fifth = |t: usize| (at.add(16 * STEP + 4 * t) as *const u32).read_unaligned();
+                add_masked(&mut q, fifth(2 * j), _mm512_set1_epi16(0x0010));
+                add_masked(&mut q, fifth(2 * j + 1), _mm512_set1_epi16(0x1000));
+            }
+            q
+        });
+    }
     // SAFETY: a whole step at `at` (the caller).
     let v = unsafe { expand::<F, STEP>(at) };
     std::array::from_fn(|j| {
