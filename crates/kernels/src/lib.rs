@@ -3,6 +3,7 @@
 //! Every kernel has a scalar reference; optimized tiers are picked once at start-up
 //! ([`isa::tier`]) and tested against it on random data.
 
+pub mod aligned;
 pub mod attention;
 pub mod backend;
 pub mod bf16_matmul;

@@ -310,12 +310,15 @@ pub(crate) mod x86 {
         if T == 0 { 4 } else { 2 }
     }
 
-    /// The lines of `len` bytes from `p` fetched into this core's L1.
+    /// The lines of `len` bytes from `p` fetched into this core's L2. (Weights streamed from
+    /// DRAM: into L1 (T0) each fetch holds one of the core's few L1 miss buffers until DRAM
+    /// answers, and decode ran 10-15 % slower on Zen 4 than with T1; the kernels' loads then
+    /// find the lines in L2. BENCHMARKS, 2026-12-07 late.)
     #[inline]
     pub(crate) fn prefetch_lines(p: *const u8, len: usize) {
         for off in (0..len).step_by(64) {
             // SAFETY: a prefetch is only a hint and never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off) as *const i8) };
         }
     }
 

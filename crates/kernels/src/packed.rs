@@ -21,6 +21,7 @@
 //! reads four sequential streams (DRAM here delivers ~28 GB/s to two threads reading four or
 //! more streams each, ~16 GB/s to one stream per thread).
 
+use crate::aligned::Aligned;
 use crate::ggml::{GgmlType, q3k_scales, scale_min_k4};
 use crate::isa::Tier;
 use crate::qpanel::group_of;
@@ -172,43 +173,6 @@ impl Layout {
     }
 }
 
-/// Bytes in 64-byte-aligned storage, so that vectors at multiples of 32 or 64 bytes never
-/// straddle cache lines (a plain `Vec` from malloc is 16-byte aligned).
-#[derive(Default)]
-pub struct Aligned {
-    lines: Vec<Line>,
-    len: usize,
-}
-
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-impl Aligned {
-    /// `len` zero bytes, reusing the allocation.
-    pub fn reset(&mut self, len: usize) -> &mut [u8] {
-        self.lines.clear();
-        self.reuse(len)
-    }
-
-    /// `len` bytes as they were (zero where the buffer grows), reusing the allocation.
-    pub fn reuse(&mut self, len: usize) -> &mut [u8] {
-        self.lines.resize(len.div_ceil(64), Line([0; 64]));
-        self.len = len;
-        self.bytes_mut()
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `lines` holds at least `len` contiguous bytes (Line has no padding).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.len) }
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, self.len) }
-    }
-}
-
 static PACKED_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Bytes of packed weights made so far in this process (for the load log).
@@ -268,8 +232,8 @@ impl Packed {
         let layout = Layout::new(w.ty, w.cols);
         let bb = layout.block_bytes;
         let p = Packed { ty: w.ty, format, index, rows: w.rows, cols: w.cols, layout, data: Aligned::default() };
-        let mut data = Aligned::default();
-        crate::pool::rows_mut(data.reset(p.blocks() * bb), bb, 1, |b0, blocks| {
+        let mut data = Aligned::zeroed(p.blocks() * bb);
+        crate::pool::rows_mut(data.bytes_mut(), bb, 1, |b0, blocks| {
             let mut scratch = Scratch::default();
             for (i, dst) in blocks.chunks_exact_mut(bb).enumerate() {
                 p.pack_block(w, b0 + i, dst, &mut scratch);

@@ -9,7 +9,7 @@
 //! product is added first, then the even one, each by a fused multiply-add rounded to nearest
 //! even, with denormal inputs read as zero (DAZ) and denormal results flushed to zero (FTZ).
 
-use crate::packed::Aligned;
+use crate::aligned::Aligned;
 use crate::weight::Weight;
 
 /// Rows in a block: the 32-bit lanes of a 512-bit vector.
@@ -146,9 +146,9 @@ impl PackedBf16 {
         assert!(!w.ty.is_quantized(), "PackedBf16: {} weights are quantized", w.ty.name());
         let (rows, cols, pairs) = (w.rows, w.cols, w.cols.div_ceil(2));
         let bb = 4 * LANES * pairs;
-        let mut data = Aligned::default();
         let blocks = rows.div_ceil(LANES);
-        crate::pool::rows_mut(data.reset(blocks * bb), bb, 1, |b0, bytes| {
+        let mut data = Aligned::zeroed(blocks * bb);
+        crate::pool::rows_mut(data.bytes_mut(), bb, 1, |b0, bytes| {
             let mut row = vec![0f32; cols];
             let mut rounded = Vec::new();
             for (i, blk) in bytes.chunks_exact_mut(bb).enumerate() {
