@@ -38,8 +38,7 @@ impl Aligned {
         let (mut store, at) = if len < HUGE {
             (Store::Lines(vec![Line([0; 64]); len.div_ceil(64)]), 0)
         } else {
-            let map = huge_map(len);
-            let at = map.as_ptr().align_offset(HUGE);
+            let (map, at) = huge_map(len);
             (Store::Map(map), at)
         };
         let base = match &mut store {
@@ -62,15 +61,18 @@ impl Aligned {
 }
 
 /// An anonymous mapping of `len` bytes plus room to start them at a 2 MiB boundary (untouched
-/// pages cost no memory), advised to use huge pages before anything touches it. Allocation
-/// failure aborts, as `Vec`'s does.
-fn huge_map(len: usize) -> memmap2::MmapMut {
+/// pages cost no memory), and that start. The whole huge pages of the `len` bytes are advised to
+/// use them before anything touches them; the tail keeps small pages (a huge page there would
+/// hold up to 2 MiB of nothing: +4 % resident memory on Qwen2.5-1.5B). Allocation failure
+/// aborts, as `Vec`'s does.
+fn huge_map(len: usize) -> (memmap2::MmapMut, usize) {
     let map = memmap2::MmapMut::map_anon(len + HUGE)
         .unwrap_or_else(|e| panic!("could not map {len} bytes for repacked weights: {e}"));
+    let at = map.as_ptr().align_offset(HUGE);
     // Only a hint: a kernel without transparent huge pages (or with them off) keeps small pages.
     #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
-    map
+    let _ = map.advise_range(memmap2::Advice::HugePage, at, len / HUGE * HUGE);
+    (map, at)
 }
 
 #[cfg(test)]
