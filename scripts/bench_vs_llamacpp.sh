@@ -2,9 +2,10 @@
 # vllm.rs vs llama.cpp on the same GGUF file, same threads, same machine, interleaved:
 # prompt processing (pp) and token generation (tg), medians over rounds, and the ratio table;
 # and the decode roof of the same run: DRAM read bandwidth (the `membw` example, THREADS threads,
-# the better of one and four streams each, measured each round) over the bytes of weights one decoded token reads (every tensor of the
-# GGUF file but an untied token embedding, of which a token reads one row; of a MoE's 3-D
-# `*_exps` expert tensors only the share its routed experts hold: expert_used_count / expert_count).
+# the better of one and four streams each, measured each round) over the bytes of weights one
+# decoded token reads (every tensor of the GGUF file but an untied token embedding, of which a
+# token reads one row; of a MoE's 3-D `*_exps` expert tensors only the share its routed experts
+# hold: expert_used_count / expert_count).
 #
 #   scripts/bench_vs_llamacpp.sh MODEL.gguf [ROUNDS] [THREADS]
 #

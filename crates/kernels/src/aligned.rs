@@ -9,7 +9,7 @@
 pub const HUGE: usize = 2 << 20;
 
 pub struct Aligned {
-    /// Owns the bytes (never read through: the kernels read through `at`, without a branch).
+    /// Owns the bytes; the kernels read them through `at`, without a branch on the kind.
     _store: Store,
     /// Address of the first byte.
     at: usize,
@@ -35,17 +35,17 @@ impl Default for Aligned {
 impl Aligned {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> Aligned {
-        let (mut store, at) = if len < HUGE {
-            (Store::Lines(vec![Line([0; 64]); len.div_ceil(64)]), 0)
+        // (Moving a Vec or a mapping into `Store` leaves its bytes where they are.)
+        let (store, at) = if len < HUGE {
+            let mut lines = vec![Line([0; 64]); len.div_ceil(64)];
+            let at = lines.as_mut_ptr() as usize;
+            (Store::Lines(lines), at)
         } else {
-            let (map, at) = huge_map(len);
+            let (mut map, offset) = huge_map(len);
+            let at = map.as_mut_ptr() as usize + offset;
             (Store::Map(map), at)
         };
-        let base = match &mut store {
-            Store::Lines(lines) => lines.as_mut_ptr() as *mut u8,
-            Store::Map(map) => map.as_mut_ptr(),
-        };
-        Aligned { _store: store, at: base as usize + at, len }
+        Aligned { _store: store, at, len }
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -61,18 +61,18 @@ impl Aligned {
 }
 
 /// An anonymous mapping of `len` bytes plus room to start them at a 2 MiB boundary (untouched
-/// pages cost no memory), and that start. The whole huge pages of the `len` bytes are advised to
-/// use them before anything touches them; the tail keeps small pages (a huge page there would
-/// hold up to 2 MiB of nothing: +4 % resident memory on Qwen2.5-1.5B). Allocation failure
-/// aborts, as `Vec`'s does.
+/// pages cost no memory), and the offset of that start. The whole huge pages of the `len` bytes
+/// are advised to use them before anything touches them; the tail keeps small pages (a huge page
+/// there would hold up to 2 MiB of nothing: +4 % resident memory on Qwen2.5-1.5B). Allocation
+/// failure aborts, as `Vec`'s does.
 fn huge_map(len: usize) -> (memmap2::MmapMut, usize) {
     let map = memmap2::MmapMut::map_anon(len + HUGE)
         .unwrap_or_else(|e| panic!("could not map {len} bytes for repacked weights: {e}"));
-    let at = map.as_ptr().align_offset(HUGE);
+    let offset = map.as_ptr().align_offset(HUGE);
     // Only a hint: a kernel without transparent huge pages (or with them off) keeps small pages.
     #[cfg(target_os = "linux")]
-    let _ = map.advise_range(memmap2::Advice::HugePage, at, len / HUGE * HUGE);
-    (map, at)
+    let _ = map.advise_range(memmap2::Advice::HugePage, offset, len / HUGE * HUGE);
+    (map, offset)
 }
 
 #[cfg(test)]
