@@ -16,10 +16,15 @@ pub struct Aligned {
     len: usize,
 }
 
+/// What holds the bytes (only kept, never read: hence the fields' underscores).
 enum Store {
-    Lines(Vec<Line>),
+    Lines {
+        _lines: Vec<Line>,
+    },
     /// An anonymous mapping (zero pages from the kernel).
-    Map(memmap2::MmapMut),
+    Map {
+        _map: memmap2::MmapMut,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -39,11 +44,11 @@ impl Aligned {
         let (store, at) = if len < HUGE {
             let mut lines = vec![Line([0; 64]); len.div_ceil(64)];
             let at = lines.as_mut_ptr() as usize;
-            (Store::Lines(lines), at)
+            (Store::Lines { _lines: lines }, at)
         } else {
             let (mut map, offset) = huge_map(len);
             let at = map.as_mut_ptr() as usize + offset;
-            (Store::Map(map), at)
+            (Store::Map { _map: map }, at)
         };
         Aligned { _store: store, at, len }
     }
