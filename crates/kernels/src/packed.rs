@@ -122,6 +122,14 @@ pub const fn step_bytes(bits: u8) -> usize {
     STEP * 32 * bits as usize / 8
 }
 
+/// Where in a step ([`encode_step`]) the one-bit mask of vector `t` starts (3- and 5-bit
+/// formats): after the nibbles (4 to 6 bits) and the 2-bit plane (2, 3 and 6 bits).
+pub const fn mask_at(bits: u8, t: usize) -> usize {
+    let nibbles = if matches!(bits, 4..=6) { 16 * STEP } else { 0 };
+    let two = if matches!(bits, 2 | 3 | 6) { 32 } else { 0 };
+    nibbles + two + 4 * t
+}
+
 /// Where things are in a block of sixteen rows of `k` values. A block is a run of super-blocks
 /// (one per group for per-group scales), each its header then its groups; a group is its header
 /// then its steps.
@@ -653,6 +661,7 @@ fn encode_step(bits: u8, vv: &[i16], out: &mut [u8]) {
     if matches!(bits, 3 | 5) {
         let bit = if bits == 5 { 4 } else { 2 };
         for t in 0..n {
+            debug_assert_eq!(at, mask_at(bits, t));
             let mask: u32 = vec(t).iter().enumerate().map(|(i, &u)| (((u >> bit) & 1) as u32) << i).sum();
             out[at..at + 4].copy_from_slice(&mask.to_le_bytes());
             at += 4;

@@ -16,7 +16,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use crate::packed::{
-    ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, fetch_part, step_bytes,
+    ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, fetch_part, mask_at, step_bytes,
 };
 use crate::qpanel::group_of;
 use std::arch::x86_64::*;
@@ -75,12 +75,11 @@ unsafe fn expand_one<const F: usize>(p: *const u8, h: usize, t: usize) -> __m256
                 };
                 _mm256_and_si256(two, _mm256_set1_epi16(3))
             };
-            at += 32;
         }
         if matches!(bits, 3 | 5) {
             // Lane i adds 16 (4) where bit i of the half's 16 mask bits is set.
             let sel = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, i16::MIN);
-            let k = (p.add(at + 4 * t + 2 * h) as *const i16).read_unaligned();
+            let k = (p.add(mask_at(bits, t) + 2 * h) as *const i16).read_unaligned();
             let set = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(k), sel), sel);
             v = _mm256_add_epi16(v, _mm256_and_si256(set, _mm256_set1_epi16(if bits == 5 { 16 } else { 4 })));
         }
@@ -102,10 +101,10 @@ unsafe fn expand_pair<const F: usize>(p: *const u8, t: usize) -> [__m256i; 2] {
     let low = |v: __m256i, m: i8| _mm256_and_si256(v, _mm256_set1_epi8(m));
     // SAFETY: the step's bytes (the caller).
     unsafe {
-        let (v, at) = if bits == 5 {
+        let v = if bits == 5 {
             // (16-bit shifts move bits across bytes; the masks take them off.)
             let z = load32(p.add(32 * (t / 2)));
-            (low(if t.is_multiple_of(2) { z } else { _mm256_srli_epi16::<4>(z) }, 0x0F), 16 * STEP)
+            low(if t.is_multiple_of(2) { z } else { _mm256_srli_epi16::<4>(z) }, 0x0F)
         } else {
             let hb = load32(p);
             let two = match t {
@@ -114,11 +113,11 @@ unsafe fn expand_pair<const F: usize>(p: *const u8, t: usize) -> [__m256i; 2] {
                 2 => _mm256_srli_epi16::<4>(hb),
                 _ => _mm256_srli_epi16::<6>(hb),
             };
-            (low(two, 3), 32)
+            low(two, 3)
         };
         // Byte i gets mask byte i / 8, keeps bit i % 8 (every other bit set), and is all ones
         // where that bit was set.
-        let k = _mm256_set1_epi32((p.add(at + 4 * t) as *const i32).read_unaligned());
+        let k = _mm256_set1_epi32((p.add(mask_at(bits, t)) as *const i32).read_unaligned());
         let spread = _mm256_shuffle_epi8(
             k,
             _mm256_setr_epi8(

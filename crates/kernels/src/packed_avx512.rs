@@ -17,7 +17,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use crate::packed::{
-    ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, fetch_part, step_bytes,
+    ACT_ROWS, ActChunk, ActChunks, FORMATS, LANES, Packed, STEP, Scales, by_format, fetch_part, mask_at, step_bytes,
 };
 use crate::qpanel::group_of;
 use std::arch::x86_64::*;
@@ -523,15 +523,15 @@ unsafe fn quads<const F: usize>(at: *const u8) -> [__m512i; QUADS] {
         // Byte i of the step's half j holds element i of widened vectors 2j (low nibble) and
         // 2j + 1 (high nibble), so quad vector j is the half widened, `z`, as `(z | z << 4) &
         // 0x0F0F` (one ternary-logic op): three instructions where widening both and merging
-        // took five. Five bits: widened vector t's fifth bits, a 32-bit mask after the nibbles
-        // (`expand`), add 16 to its elements: the low bytes of the words for t = 2j, the high
+        // took five. Five bits: widened vector t's fifth bits, a 32-bit mask (`mask_at`), add
+        // 16 to its elements: the low bytes of the words for t = 2j, the high
         // ones for 2j + 1.
         // SAFETY: a whole step at `at` (the caller).
         return std::array::from_fn(|j| unsafe {
             let z = zext(at.add(32 * j));
             let mut q = _mm512_ternarylogic_epi32::<0xA8>(z, _mm512_slli_epi16::<4>(z), _mm512_set1_epi16(0x0F0F));
             if bits == 5 {
-                let fifth = |t: usize| (at.add(16 * STEP + 4 * t) as *const u32).read_unaligned();
+                let fifth = |t: usize| (at.add(mask_at(bits, t)) as *const u32).read_unaligned();
                 add_masked(&mut q, fifth(2 * j), _mm512_set1_epi16(0x0010));
                 add_masked(&mut q, fifth(2 * j + 1), _mm512_set1_epi16(0x1000));
             }
@@ -632,12 +632,11 @@ pub(crate) unsafe fn expand<const F: usize, const STEP: usize>(p: *const u8) -> 
                     *vt = _mm512_and_si512(two(t), m3);
                 }
             }
-            at += 32;
         }
         if matches!(bits, 3 | 5) {
             let add = _mm512_set1_epi16(if bits == 5 { 16 } else { 4 });
             for (t, vt) in v.iter_mut().enumerate() {
-                let k: __mmask32 = (p.add(at + 4 * t) as *const u32).read_unaligned();
+                let k: __mmask32 = (p.add(mask_at(bits, t)) as *const u32).read_unaligned();
                 add_masked(vt, k, add);
             }
         }
